@@ -1,0 +1,102 @@
+"""Streaming digests and the spec's hash tokens (`md5:…`, `sha-1:…`, `sha-256:…`).
+
+The `hash` attribute holds one or more space-separated `algorithm:value` tokens. The spec names
+md5, sha-1 and sha-256 (hex-encoded digests); other algorithm tokens are kept as read.
+
+Ground floor: imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = [
+    "ALGORITHMS",
+    "MultiHasher",
+    "check_hash_value",
+    "format_hashes",
+    "hash_file",
+    "hash_stream",
+    "parse_hashes",
+]
+
+#: Spec token → hashlib name.
+ALGORITHMS: dict[str, str] = {"md5": "md5", "sha-1": "sha1", "sha-256": "sha256"}
+_HEX_LENGTH = {"md5": 32, "sha-1": 40, "sha-256": 64}
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+CHUNK = 1 << 20
+
+
+class MultiHasher:
+    """Feed bytes once, get every requested digest."""
+
+    def __init__(self, algorithms: Iterable[str] = ("md5",)) -> None:
+        self._hashers = {}
+        for algo in algorithms:
+            name = ALGORITHMS.get(algo)
+            if name is None:
+                raise ValueError(f"unsupported hash algorithm {algo!r} (use md5, sha-1, sha-256)")
+            self._hashers[algo] = hashlib.new(name)
+        self.length = 0
+
+    def update(self, data: bytes) -> None:
+        self.length += len(data)
+        for h in self._hashers.values():
+            h.update(data)
+
+    def hexdigests(self) -> dict[str, str]:
+        return {algo: h.hexdigest() for algo, h in self._hashers.items()}
+
+
+def hash_stream(stream: BinaryIO, algorithms: Iterable[str] = ("md5",)) -> tuple[int, dict[str, str]]:
+    """Read a binary stream to its end; return (length, {algorithm: hexdigest})."""
+    hasher = MultiHasher(algorithms)
+    while chunk := stream.read(CHUNK):
+        hasher.update(chunk)
+    return hasher.length, hasher.hexdigests()
+
+
+def hash_file(path: str | Path, algorithms: Iterable[str] = ("md5",)) -> tuple[int, dict[str, str]]:
+    """Hash a file in chunks; return (length, {algorithm: hexdigest})."""
+    with open(path, "rb") as f:
+        return hash_stream(f, algorithms)
+
+
+def format_hashes(hashes: Mapping[str, str]) -> str:
+    """{'md5': 'ab…', 'sha-256': 'cd…'} → 'md5:ab… sha-256:cd…'."""
+    return " ".join(f"{algo}:{value}" for algo, value in hashes.items())
+
+
+def parse_hashes(text: str) -> dict[str, str]:
+    """'md5:ab… sha-256:cd…' → {'md5': 'ab…', 'sha-256': 'cd…'}.
+
+    Raises ValueError for a token that is not `algorithm:value` or an algorithm given twice.
+    """
+    result: dict[str, str] = {}
+    for token in text.split():
+        algo, sep, value = token.partition(":")
+        if not sep or not value or not _TOKEN.fullmatch(algo):
+            raise ValueError(f"hash token {token!r} is not of the form algorithm:value")
+        if algo in result:
+            raise ValueError(f"hash algorithm {algo!r} given twice")
+        result[algo] = value
+    if not result:
+        raise ValueError("empty hash attribute")
+    return result
+
+
+def check_hash_value(algo: str, value: str) -> str | None:
+    """A problem with a digest of a known algorithm (not hex, wrong length), or None."""
+    expected = _HEX_LENGTH.get(algo)
+    if expected is None:
+        return None
+    if not _HEX.fullmatch(value):
+        return f"{algo} value {value!r} is not hexadecimal"
+    if len(value) != expected:
+        return f"{algo} value has {len(value)} hex digits, expected {expected}"
+    return None

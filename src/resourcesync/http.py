@@ -1,0 +1,154 @@
+"""The one place that builds HTTP clients: timeouts, retries, limits, headers.
+
+Everything that speaks HTTP gets its client here, so timeouts, the User-Agent, connection limits
+and the retry policy (connection errors, timeouts, 429 and 5xx, honouring `Retry-After`, with
+exponential backoff and jitter) are the same everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import random
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import httpx
+
+from . import __version__
+from .errors import FetchError
+
+__all__ = [
+    "USER_AGENT",
+    "HttpOptions",
+    "RetryPolicy",
+    "make_async_client",
+    "make_client",
+    "open_stream",
+    "retry_after_seconds",
+]
+
+USER_AGENT = f"resourcesync/{__version__} (+https://pypi.org/project/resourcesync/)"
+RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently to retry a request that failed in a way that may pass."""
+
+    retries: int = 3
+    backoff: float = 0.5
+    max_backoff: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before attempt number `attempt` (1 = first retry)."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_backoff)
+        base = min(self.backoff * (2 ** (attempt - 1)), self.max_backoff)
+        return base / 2 + random.uniform(0, base / 2)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpOptions:
+    """Settings shared by every client we build."""
+
+    timeout: float = 30.0
+    connect_timeout: float = 10.0
+    headers: Mapping[str, str] = field(default_factory=dict)
+    max_connections: int = 100
+    max_keepalive: int = 20
+    http2: bool = False
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    follow_redirects: bool = True
+
+
+def _client_kwargs(options: HttpOptions) -> dict[str, object]:
+    headers = {"User-Agent": USER_AGENT, **options.headers}
+    return {
+        "headers": headers,
+        "timeout": httpx.Timeout(options.timeout, connect=options.connect_timeout),
+        "limits": httpx.Limits(
+            max_connections=options.max_connections,
+            max_keepalive_connections=options.max_keepalive,
+        ),
+        "follow_redirects": options.follow_redirects,
+        # Proxies and certificates come from the environment as httpx reads them.
+        "trust_env": True,
+    }
+
+
+def make_client(options: HttpOptions | None = None) -> httpx.Client:
+    """A synchronous client with our defaults."""
+    return httpx.Client(**_client_kwargs(options or HttpOptions()))  # type: ignore[arg-type]
+
+
+def make_async_client(options: HttpOptions | None = None) -> httpx.AsyncClient:
+    """An asynchronous client with our defaults (HTTP/2 when asked and available)."""
+    opts = options or HttpOptions()
+    kwargs = _client_kwargs(opts)
+    if opts.http2:
+        with contextlib.suppress(ImportError):
+            import h2  # noqa: F401
+
+            kwargs["http2"] = True
+    return httpx.AsyncClient(**kwargs)  # type: ignore[arg-type]
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds from a `Retry-After` header (delta-seconds or HTTP-date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+@contextlib.contextmanager
+def open_stream(
+    url: str,
+    *,
+    client: httpx.Client | None = None,
+    options: HttpOptions | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Iterator[httpx.Response]:
+    """GET `url` and yield the streaming response once its status is 2xx.
+
+    Retries connection errors, timeouts, 429 and 5xx as the retry policy says, honouring
+    `Retry-After`. Raises FetchError naming the URL when it does not succeed.
+    """
+    opts = options or HttpOptions()
+    own = client is None
+    http = client if client is not None else make_client(opts)
+    try:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with http.stream("GET", url, headers=headers) as response:
+                    if 200 <= response.status_code < 300:
+                        yield response
+                        return
+                    status = response.status_code
+                    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+                    if status not in RETRY_STATUS or attempt > opts.retry.retries:
+                        raise FetchError(
+                            f"HTTP {status} {response.reason_phrase}".rstrip(), source=url
+                        )
+            except httpx.TransportError as exc:
+                if attempt > opts.retry.retries:
+                    reason = str(exc) or type(exc).__name__
+                    raise FetchError(f"request failed: {reason}", source=url) from None
+                retry_after = None
+            time.sleep(opts.retry.delay(attempt, retry_after))
+    finally:
+        if own:
+            http.close()
