@@ -53,7 +53,9 @@ class MultiHasher:
         return {algo: h.hexdigest() for algo, h in self._hashers.items()}
 
 
-def hash_stream(stream: BinaryIO, algorithms: Iterable[str] = ("md5",)) -> tuple[int, dict[str, str]]:
+def hash_stream(
+    stream: BinaryIO, algorithms: Iterable[str] = ("md5",)
+) -> tuple[int, dict[str, str]]:
     """Read a binary stream to its end; return (length, {algorithm: hexdigest})."""
     hasher = MultiHasher(algorithms)
     while chunk := stream.read(CHUNK):
@@ -77,6 +79,10 @@ def parse_hashes(text: str) -> dict[str, str]:
 
     Raises ValueError for a token that is not `algorithm:value` or an algorithm given twice.
     """
+    if " " not in text:
+        algo, sep, value = text.partition(":")
+        if sep and value and algo in ALGORITHMS and not value.isspace() and value.strip() == value:
+            return {algo: value}
     result: dict[str, str] = {}
     for token in text.split():
         algo, sep, value = token.partition(":")

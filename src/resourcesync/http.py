@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import importlib.util
 import random
 import time
 from collections.abc import Iterator, Mapping
@@ -46,7 +47,7 @@ class RetryPolicy:
         """Seconds to wait before attempt number `attempt` (1 = first retry)."""
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_backoff)
-        base = min(self.backoff * (2 ** (attempt - 1)), self.max_backoff)
+        base = min(self.backoff * 2.0 ** (attempt - 1), self.max_backoff)
         return base / 2 + random.uniform(0, base / 2)
 
 
@@ -88,11 +89,8 @@ def make_async_client(options: HttpOptions | None = None) -> httpx.AsyncClient:
     """An asynchronous client with our defaults (HTTP/2 when asked and available)."""
     opts = options or HttpOptions()
     kwargs = _client_kwargs(opts)
-    if opts.http2:
-        with contextlib.suppress(ImportError):
-            import h2  # noqa: F401
-
-            kwargs["http2"] = True
+    if opts.http2 and importlib.util.find_spec("h2") is not None:
+        kwargs["http2"] = True
     return httpx.AsyncClient(**kwargs)  # type: ignore[arg-type]
 
 

@@ -10,8 +10,8 @@ Ground floor: imports nothing of ours.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 import datetime as dt
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = [
@@ -160,6 +160,8 @@ class Document:
     md_extra: dict[str, str] = field(default_factory=dict)
     attrs: dict[str, str] = field(default_factory=dict)
     extensions: list[str] = field(default_factory=list)
+    #: Extra namespace prefixes declared on the root (prefix → URI), e.g. for `md_extra` keys.
+    namespaces: dict[str, str] = field(default_factory=dict)
 
     def link(self, rel: str) -> Link | None:
         """The first link with this relation, if any."""

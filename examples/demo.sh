@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The main job on the bundled example: validate a whole Source's document tree, list it, and
+# show how hostile or broken documents are reported. Run by `make demo`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "Validate the example Source, following every link down from its Source Description"
+resourcesync validate --follow examples/site/.well-known/resourcesync \
+  --map http://example.org/=examples/site
+
+step "List the Resource List (an index over two parts) as a table"
+resourcesync cat --follow examples/site/dataset1/resourcelist.xml \
+  --map http://example.org/=examples/site
+
+step "The same as JSON Lines, for scripts"
+resourcesync cat examples/site/dataset1/changelist.xml --json
+
+step "Broken and hostile documents: findings with locations, exit code 1 or 2, no traceback"
+set +e
+resourcesync validate examples/broken/changelist-out-of-order.xml
+echo "exit code: $?"
+resourcesync validate examples/broken/xxe.xml
+echo "exit code: $?"
+set -e
+
+step "Done"

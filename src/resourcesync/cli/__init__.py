@@ -1,0 +1,24 @@
+"""The `resourcesync` command: thin click commands over the library."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .document import cat, validate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="resourcesync")
+def main() -> None:
+    """Keep copies of web resources in step with their origin (ResourceSync, ANSI/NISO Z39.99).
+
+    Exit codes: 0 success, 1 the command found problems (errors, differences), 2 an input could
+    not be read or the command could not run.
+    """
+
+
+main.add_command(validate)
+main.add_command(cat)
+
+__all__ = ["main"]

@@ -1,0 +1,266 @@
+"""`validate` and `cat`: look at ResourceSync documents."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from ..hashing import format_hashes
+from ..http import HttpOptions, make_client
+from ..model import Document, Link, Resource
+from ..sitemap import Mapping, Resolver, walk
+from ..sitemap import validate as validate_documents
+from ..sitemap.follow import FOLLOW_ALL, FOLLOW_NONE
+from ..sitemap.rules import ERROR, Finding
+from ..w3cdt import format_w3c
+from ._common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, emit_json, handle_errors
+
+
+def _mappings(values: tuple[str, ...]) -> list[Mapping]:
+    try:
+        return [Mapping.parse(v) for v in values]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--map") from None
+
+
+def _size(text: str) -> int:
+    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise click.BadParameter(f"not a size: {text!r} (e.g. 500M, 2G)") from None
+
+
+def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option(
+        "--map",
+        "maps",
+        multiple=True,
+        metavar="URL=DIR",
+        help="Read documents under URL from the local directory DIR (repeatable).",
+    )(func)
+    func = click.option(
+        "--max-size",
+        default="2G",
+        show_default=True,
+        help="Refuse a document larger than this (after decompression).",
+    )(func)
+    func = click.option(
+        "--timeout", default=30.0, show_default=True, help="HTTP timeout in seconds."
+    )(func)
+    return func
+
+
+@click.command()
+@click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
+@click.option("--follow", is_flag=True, help="Also check the documents these link down to.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object with every finding.")
+@click.option("--errors-only", is_flag=True, help="Do not print warnings.")
+@reading_options
+@handle_errors
+def validate(
+    targets: tuple[str, ...],
+    follow: bool,
+    as_json: bool,
+    errors_only: bool,
+    maps: tuple[str, ...],
+    max_size: str,
+    timeout: float,
+) -> None:
+    """Check documents (files or URLs) against the ResourceSync rules.
+
+    Exit 0 when there are no errors, 1 when there are, 2 when a target cannot be read.
+    """
+    console = Console(highlight=False, soft_wrap=True)
+
+    def show(f: Finding) -> None:
+        if as_json or (errors_only and f.level != ERROR):
+            return
+        where = f"{f.source}:{f.line}" if f.line else f.source
+        colour = "red" if f.level == ERROR else "yellow"
+        entry = f" [dim](entry {escape(f.entry)})[/dim]" if f.entry else ""
+        console.print(
+            f"{escape(where)}: [{colour}]{f.level}[/{colour}]: {escape(f.message)}{entry}"
+        )
+
+    with make_client(HttpOptions(timeout=timeout)) as client:
+        report = validate_documents(
+            list(targets),
+            follow=follow,
+            resolver=Resolver(_mappings(maps)),
+            client=client,
+            max_bytes=_size(max_size),
+            on_finding=show,
+        )
+    if as_json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        docs = len(report.documents)
+        entries = sum(d.entries for d in report.documents)
+        summary = (
+            f"{docs} document{'s' if docs != 1 else ''}, {entries} entries: "
+            f"{len(report.errors)} errors, {len(report.warnings)} warnings"
+        )
+        if report.unreadable:
+            summary += f", {len(report.unreadable)} unreadable"
+        click.echo(summary, err=True)
+    if report.unreadable:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if report.errors else EXIT_OK)
+
+
+def _dt(value: datetime | None) -> str | None:
+    return format_w3c(value) if value is not None else None
+
+
+def link_json(ln: Link) -> dict[str, Any]:
+    out: dict[str, Any] = {"rel": ln.rel, "href": ln.href}
+    for key, value in (
+        ("type", ln.type),
+        ("length", ln.length),
+        ("hashes", ln.hashes or None),
+        ("modified", _dt(ln.modified)),
+        ("path", ln.path),
+        ("pri", ln.pri),
+        ("encoding", ln.encoding),
+    ):
+        if value is not None:
+            out[key] = value
+    out.update(ln.extra)
+    return out
+
+
+def document_json(doc: Document, source: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"source": source, "capability": doc.capability, "index": doc.index}
+    for key, value in (
+        ("at", doc.at),
+        ("completed", doc.completed),
+        ("from", doc.from_),
+        ("until", doc.until),
+    ):
+        if value is not None:
+            out[key] = format_w3c(value)
+    out["links"] = [link_json(ln) for ln in doc.links]
+    if doc.md_extra:
+        out["extra"] = doc.md_extra
+    return out
+
+
+def resource_json(res: Resource) -> dict[str, Any]:
+    out: dict[str, Any] = {"loc": res.loc}
+    for key, value in (
+        ("lastmod", _dt(res.lastmod)),
+        ("changefreq", res.changefreq),
+        ("priority", res.priority),
+        ("change", res.change),
+        ("datetime", _dt(res.datetime)),
+        ("hashes", res.hashes or None),
+        ("length", res.length),
+        ("type", res.type),
+        ("encoding", res.encoding),
+        ("path", res.path),
+        ("capability", res.capability),
+        ("at", _dt(res.at)),
+        ("completed", _dt(res.completed)),
+        ("from", _dt(res.from_)),
+        ("until", _dt(res.until)),
+    ):
+        if value is not None:
+            out[key] = value
+    if res.links:
+        out["links"] = [link_json(ln) for ln in res.links]
+    if res.md_extra:
+        out["extra"] = res.md_extra
+    if res.extensions:
+        out["extensions"] = res.extensions
+    return out
+
+
+def _row(res: Resource) -> str:
+    when = res.change_time or res.at or res.from_
+    cols = [
+        format_w3c(when) if when else "-",
+        res.change or res.capability or "-",
+        str(res.length) if res.length is not None else "-",
+        format_hashes(res.hashes) if res.hashes else "-",
+        res.loc,
+    ]
+    return "\t".join(cols)
+
+
+@click.command()
+@click.argument("target")
+@click.option("--follow", is_flag=True, help="Also list the documents this links down to.")
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines: a document line, then entries.")
+@reading_options
+@handle_errors
+def cat(
+    target: str, follow: bool, as_json: bool, maps: tuple[str, ...], max_size: str, timeout: float
+) -> None:
+    """List the entries of a document (file or URL).
+
+    On a terminal, a readable listing; in a pipe, tab-separated lines (time, change or
+    capability, length, hashes, URI); with --json, JSON Lines.
+    """
+    tty = sys.stdout.isatty()
+    console = Console(highlight=False, soft_wrap=True)
+    with make_client(HttpOptions(timeout=timeout)) as client:
+        for visit in walk(
+            target,
+            mode=FOLLOW_ALL if follow else FOLLOW_NONE,
+            resolver=Resolver(_mappings(maps)),
+            client=client,
+            max_bytes=_size(max_size),
+            on_skip=lambda url, why, ref: click.echo(
+                f"resourcesync: not followed: {url}: {why}", err=True
+            ),
+        ):
+            doc = visit.reader.document
+            if follow and doc.index and not as_json:
+                continue  # the parts follow; their entries are the listing
+            if as_json:
+                emit_json({"document": document_json(doc, visit.name)})
+                for _, res in visit.entries():
+                    emit_json(resource_json(res))
+                continue
+            if tty:
+                _print_header(console, doc, visit.name)
+                for _, res in visit.entries():
+                    when, change, length, hashes, loc = _row(res).split("\t")
+                    console.print(
+                        f"{when:<27} {change:<22} {length:>10}  {escape(loc)}"
+                        + (f"  [dim]{escape(hashes)}[/dim]" if hashes != "-" else "")
+                    )
+            else:
+                out = sys.stdout
+                for _, res in visit.entries():
+                    out.write(_row(res) + "\n")
+
+
+def _print_header(console: Console, doc: Document, name: str) -> None:
+    kind = f"{doc.capability or '?'}{' index' if doc.index else ''}"
+    times = " ".join(
+        f"{k}={format_w3c(v)}"
+        for k, v in (
+            ("at", doc.at),
+            ("completed", doc.completed),
+            ("from", doc.from_),
+            ("until", doc.until),
+        )
+        if v is not None
+    )
+    console.print(f"[bold]{escape(name)}[/bold]: {escape(kind)} {times}")
+    for ln in doc.links:
+        console.print(f"  [dim]{escape(ln.rel)}[/dim] {escape(ln.href)}")
+
+
+__all__ = ["cat", "validate"]

@@ -1,0 +1,257 @@
+"""Following links down a tree of documents: index → parts, description → capability lists,
+capability list → capability documents, archives → archived lists, dumps → manifests.
+
+Every document is opened with the one reader. The walk is breadth-first with a visited set
+(loops are reported, not followed), a depth limit, and a cap on the number of documents.
+
+A document read from a local file names its children by URL. Those are found through
+`--map URL=DIR` mappings, else next to the referring file by their last path segment; a local
+tree is never left for the network unless a mapping says so. A document read over HTTP has its
+children fetched over HTTP.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urljoin, urlsplit
+
+from ..errors import ReadError
+from ..model import Capability, Resource
+from .read import DEFAULT_MAX_BYTES, DocumentReader, ProblemHandler, Source, is_url, open_document
+
+__all__ = [
+    "FOLLOW_ALL",
+    "FOLLOW_INDEX",
+    "FOLLOW_NONE",
+    "Mapping",
+    "Resolver",
+    "Visit",
+    "iter_entries",
+    "walk",
+]
+
+FOLLOW_NONE = "none"
+FOLLOW_INDEX = "index"
+FOLLOW_ALL = "all"
+
+_ARCHIVES = frozenset(
+    {
+        Capability.RESOURCELIST_ARCHIVE,
+        Capability.RESOURCEDUMP_ARCHIVE,
+        Capability.CHANGELIST_ARCHIVE,
+        Capability.CHANGEDUMP_ARCHIVE,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """`URL prefix = local directory`: documents under the prefix are read from the directory."""
+
+    prefix: str
+    directory: Path
+
+    @classmethod
+    def parse(cls, text: str) -> Mapping:
+        prefix, sep, directory = text.partition("=")
+        if not sep or not is_url(prefix) or not directory:
+            raise ValueError(f"a mapping is URL=DIR, not {text!r}")
+        return cls(prefix, Path(directory))
+
+
+class Resolver:
+    """Turns a URL named by a document into something the reader can open."""
+
+    def __init__(self, mappings: Sequence[Mapping] = ()) -> None:
+        # Longest prefix first, so a mapping for a sub-tree wins over one for the site.
+        self.mappings = sorted(mappings, key=lambda m: len(m.prefix), reverse=True)
+
+    def resolve(self, url: str, referrer: DocumentReader | None) -> Source:
+        for m in self.mappings:
+            if url.startswith(m.prefix):
+                rest = unquote(urlsplit(url[len(m.prefix) :]).path).lstrip("/")
+                return _inside(m.directory, rest, url)
+        if referrer is not None and referrer.path is not None and is_url(url):
+            name = posixpath.basename(unquote(urlsplit(url).path))
+            candidate = referrer.path.parent / name if name else None
+            if candidate is not None and candidate.is_file():
+                return candidate
+            raise ReadError(
+                f"cannot follow {url} from a local file: no {name or 'file'} beside it "
+                "(map the URL to a directory with --map URL=DIR)",
+                source=referrer.name,
+            )
+        if referrer is not None and referrer.url is not None:
+            return urljoin(referrer.url, url)
+        return url
+
+
+def _inside(directory: Path, rest: str, url: str) -> Path:
+    base = directory.resolve()
+    candidate = (base / rest).resolve()
+    if candidate != base and base not in candidate.parents:
+        raise ReadError(f"{url} maps outside {directory}", source=url)
+    return candidate
+
+
+def children(reader: DocumentReader, res: Resource, mode: str) -> list[str]:
+    """The documents an entry points down to, under the follow mode."""
+    if mode == FOLLOW_NONE:
+        return []
+    doc = reader.document
+    if doc.index:
+        return [res.loc]
+    if mode != FOLLOW_ALL:
+        return []
+    cap = doc.capability
+    if cap == Capability.DESCRIPTION or cap in _ARCHIVES:
+        return [res.loc]
+    if cap == Capability.CAPABILITYLIST:
+        return [] if res.capability == Capability.CHANGE_NOTIFICATION else [res.loc]
+    if cap in (Capability.RESOURCEDUMP, Capability.CHANGEDUMP):
+        return [ln.href for ln in res.links if ln.rel == "contents"]
+    return []
+
+
+@dataclass
+class Visit:
+    """One document reached by the walk. Iterate `entries()` (or don't: the walk drains it)."""
+
+    reader: DocumentReader
+    depth: int
+    parent: str | None
+    _mode: str
+    _found: list[str] = field(default_factory=list)
+    _limit: int = 100_000
+
+    @property
+    def name(self) -> str:
+        return self.reader.name
+
+    def entries(self) -> Iterator[tuple[int, Resource]]:
+        for line, res in self.reader.entries():
+            if len(self._found) < self._limit:
+                self._found.extend(children(self.reader, res, self._mode))
+            yield line, res
+
+
+OnSkip = Callable[[str, str, str | None], None]
+
+
+def walk(
+    start: Source,
+    *,
+    mode: str = FOLLOW_ALL,
+    resolver: Resolver | None = None,
+    client: Any = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_depth: int = 6,
+    max_documents: int = 10_000,
+    on_problem: Callable[[str], ProblemHandler] | None = None,
+    on_skip: OnSkip | None = None,
+    on_error: Callable[[ReadError, str | None], None] | None = None,
+) -> Iterator[Visit]:
+    """Yield each document of the tree below `start`, the start first.
+
+    `on_problem(name)` gives the problem handler for the document called `name` (for the
+    validator); `on_skip(url, reason, referrer)` hears of links not followed (loops, depth,
+    cap). A document that cannot be read raises ReadError, or, with `on_error(error, referrer)`,
+    is reported there and the walk goes on with the others.
+    """
+    resolver = resolver or Resolver()
+    queue: deque[tuple[Source, int, str | None]] = deque()
+    queue.append((start, 0, None))
+    seen: set[str] = set()
+    count = 0
+    while queue:
+        target, depth, parent = queue.popleft()
+        key = str(target)
+        if key in seen:
+            if on_skip:
+                on_skip(key, "already visited (a loop or a repeated link): not read again", parent)
+            continue
+        seen.add(key)
+        count += 1
+        if count > max_documents:
+            if on_skip:
+                on_skip(key, f"more than {max_documents} documents: stopped following", parent)
+            return
+        name = key if isinstance(target, str | Path) else None
+        handler = on_problem(name or "<input>") if on_problem else None
+        try:
+            reader = open_document(
+                target, name=name, client=client, max_bytes=max_bytes, on_problem=handler
+            )
+        except ReadError as exc:
+            if on_error is None:
+                raise
+            on_error(exc, parent)
+            continue
+        with reader:
+            visit = Visit(reader, depth, parent, mode)
+            try:
+                reader.document  # noqa: B018 - a ReadError surfaces here, before the yield
+            except ReadError as exc:
+                if on_error is None:
+                    raise
+                on_error(exc, parent)
+                continue
+            yield visit
+            try:
+                for _ in visit.entries():  # drain what the caller did not read
+                    pass
+            except ReadError as exc:
+                if on_error is None:
+                    raise
+                on_error(exc, parent)
+        for url in visit._found:
+            if depth + 1 > max_depth:
+                if on_skip:
+                    on_skip(url, f"deeper than {max_depth} levels: not followed", reader.name)
+                continue
+            try:
+                child = resolver.resolve(url, reader)
+            except ReadError as exc:
+                if on_skip:
+                    on_skip(url, exc.message, reader.name)
+                continue
+            queue.append((child, depth + 1, reader.name))
+
+
+def iter_entries(
+    source: Source,
+    *,
+    resolver: Resolver | None = None,
+    client: Any = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_depth: int = 3,
+) -> Iterator[Resource]:
+    """The entries of a document; for an index, the entries of all its parts, in order.
+
+    Loops and excessive depth raise ReadError: a list that cannot be read whole must not look
+    like a shorter list.
+    """
+
+    def skip(url: str, reason: str, referrer: str | None) -> None:
+        raise ReadError(f"index part {url}: {reason}", source=referrer)
+
+    for visit in walk(
+        source,
+        mode=FOLLOW_INDEX,
+        resolver=resolver,
+        client=client,
+        max_bytes=max_bytes,
+        max_depth=max_depth,
+        on_skip=skip,
+    ):
+        if visit.reader.document.index:
+            for _ in visit.entries():
+                pass
+            continue
+        for _, res in visit.entries():
+            yield res
