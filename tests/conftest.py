@@ -1,0 +1,49 @@
+"""Shared fixtures. Tests that need the specifications' examples skip when ../shared is absent."""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT.parent / "shared" / "specs"
+EXAMPLES = SPECS / "examples"
+
+
+def spec_example_files() -> list[Path]:
+    """Every XML example document shipped with the specifications (empty when absent)."""
+    if not EXAMPLES.is_dir():
+        return []
+    return sorted(p for p in EXAMPLES.rglob("*.xml"))
+
+
+def notification_spec_examples() -> list[tuple[str, bytes]]:
+    """The XML examples embedded in the Change Notification spec (name, document bytes)."""
+    path = SPECS / "resourcesync-change-notification-1.0.1.html"
+    if not path.is_file():
+        return []
+    html = path.read_text(encoding="utf-8")
+    out = []
+    for i, block in enumerate(re.findall(r"(?s)<pre[^>]*>(.*?)</pre>", html), 1):
+        text = unescape(re.sub(r"(?s)<[^>]+>", "", block))
+        # Some examples are HTTP messages: the document starts after the headers.
+        start = text.find("<?xml")
+        if start < 0:
+            start = text.find("<urlset")
+        # Examples that elide the document ("<urlset ...") are not documents.
+        if start >= 0 and ("</urlset>" in text or "</sitemapindex>" in text):
+            out.append((f"change-notification-pre-{i}", text[start:].strip().encode("utf-8")))
+    return out
+
+
+needs_specs = pytest.mark.skipif(not EXAMPLES.is_dir(), reason="../shared/specs is absent")
+
+
+@pytest.fixture
+def specs_dir() -> Path:
+    if not SPECS.is_dir():
+        pytest.skip("../shared/specs is absent")
+    return SPECS
