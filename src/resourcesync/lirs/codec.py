@@ -31,7 +31,7 @@ import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, BinaryIO, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import httpx
 
@@ -47,6 +47,7 @@ __all__ = [
     "detect_encoding",
     "escape_field",
     "format_record",
+    "is_lirs_url",
     "join_fields",
     "normalize_encoding",
     "open_lirs",
@@ -248,6 +249,11 @@ def format_record(record: Record) -> str:
     if record.extensions:
         return head + join_fields(record.extensions)
     return head
+
+
+def is_lirs_url(text: str) -> bool:
+    """Whether LIRS readers take this as a URL: a scheme, no spaces or control characters."""
+    return _URL.fullmatch(text) is not None
 
 
 def _check_numbers(record: Record) -> None:
@@ -814,7 +820,7 @@ class LirsWriter:
 
     def __init__(
         self,
-        target: str | os.PathLike[str] | BinaryIO,
+        target: str | os.PathLike[str] | IO[bytes],
         *,
         encoding: str = "utf-8",
         compress: bool | None = None,
@@ -949,7 +955,7 @@ def _encodable(ch: str, encoding: str) -> bool:
 
 
 def write_records(
-    target: str | os.PathLike[str] | BinaryIO,
+    target: str | os.PathLike[str] | IO[bytes],
     records: Iterable[Record],
     *,
     encoding: str = "utf-8",

@@ -182,9 +182,15 @@ class RecordTable:
             return None
         return int(row[0]), int(row[1])
 
-    def max_detected(self) -> int | None:
-        row = self._db.execute("SELECT max(ld) FROM held").fetchone()
+    def max_detected(self, *, with_time: bool = False) -> int | None:
+        where, params = self._where(None, with_time)
+        row = self._db.execute(f"SELECT max(ld) FROM held {where}", params).fetchone()
         return None if row[0] is None else int(row[0])
+
+    def count_errors(self) -> int:
+        """Error rows (`0,0`) held."""
+        row = self._db.execute("SELECT count(*) FROM held WHERE lm = 0 AND ld = 0").fetchone()
+        return int(row[0])
 
     @staticmethod
     def _where(min_detected: int | None, with_time: bool) -> tuple[str, tuple[int, ...]]:
