@@ -1,0 +1,76 @@
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from resourcesync.w3cdt import W3CDatetimeError, format_w3c, parse_w3c
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2013", datetime(2013, 1, 1, tzinfo=UTC)),
+        ("2013-07", datetime(2013, 7, 1, tzinfo=UTC)),
+        ("2013-07-16", datetime(2013, 7, 16, tzinfo=UTC)),
+        ("2013-07-16T19:20Z", datetime(2013, 7, 16, 19, 20, tzinfo=UTC)),
+        ("2013-07-16T19:20+01:00", datetime(2013, 7, 16, 18, 20, tzinfo=UTC)),
+        ("2013-07-16T19:20:30Z", datetime(2013, 7, 16, 19, 20, 30, tzinfo=UTC)),
+        ("2013-07-16T19:20:30-05:30", datetime(2013, 7, 17, 0, 50, 30, tzinfo=UTC)),
+        ("2013-07-16T19:20:30.45Z", datetime(2013, 7, 16, 19, 20, 30, 450000, tzinfo=UTC)),
+        # Fractions beyond microseconds are truncated, never rounded up past the next second.
+        ("2013-07-16T19:20:30.9999999Z", datetime(2013, 7, 16, 19, 20, 30, 999999, tzinfo=UTC)),
+        ("2013-12-31T23:30:00-01:00", datetime(2014, 1, 1, 0, 30, tzinfo=UTC)),
+    ],
+)
+def test_every_granularity_parses_to_aware_utc(text: str, expected: datetime) -> None:
+    value = parse_w3c(text)
+    assert value == expected
+    assert value.utcoffset() == timedelta(0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "13",
+        "2013-7-16",
+        "2013-07-16T19:20",  # a time needs its zone designator
+        "2013-07-16T19:20:30",
+        "2013-07-16 19:20:30Z",
+        "2013-W29-2T19:20:30Z",  # ISO week dates are not W3C Datetime
+        "2013-13-01",
+        "2013-02-30",
+        "2013-07-16T24:00:00Z",
+        "2013-07-16T19:20:30+25:00",
+        "2013-07-16T19:20:30.Z",
+        "２０１３-07-16T19:20:30Z",
+        "2013-07-16T19:20:30Zjunk",
+    ],
+)
+def test_malformed_values_are_refused(text: str) -> None:
+    with pytest.raises(W3CDatetimeError):
+        parse_w3c(text)
+
+
+def test_format_is_utc_with_z_and_microseconds_only_when_present() -> None:
+    assert format_w3c(datetime(2013, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2013-01-02T03:04:05Z"
+    assert (
+        format_w3c(datetime(2013, 1, 2, 3, 4, 5, 60, tzinfo=UTC)) == "2013-01-02T03:04:05.000060Z"
+    )
+    east = timezone(timedelta(hours=9))
+    assert format_w3c(datetime(2013, 1, 2, 9, 0, tzinfo=east)) == "2013-01-02T00:00:00Z"
+    assert format_w3c(datetime(2013, 1, 2)) == "2013-01-02T00:00:00Z"  # naive is UTC
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1000, 1, 1),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from(
+            [UTC, timezone(timedelta(hours=-5)), timezone(timedelta(hours=9, minutes=30))]
+        ),
+    )
+)
+def test_parse_of_format_is_identity(value: datetime) -> None:
+    assert parse_w3c(format_w3c(value)) == value
