@@ -30,7 +30,7 @@ import re
 import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
 import httpx
@@ -422,9 +422,10 @@ def _japanese_score(text: str) -> int:
 def detect_encoding(sample: bytes) -> str:
     """`utf-8`, `euc-jp` or `shift_jis` for a sample of text (whole lines).
 
-    A BOM or valid UTF-8 says UTF-8; otherwise EUC-JP or Shift_JIS by which one decodes, and if
-    both do, by which one gives ordinary Japanese text (EUC-JP read as Shift_JIS turns into
-    half-width katakana). Ties go to EUC-JP, the encoding of the classic feeds.
+    A BOM or valid UTF-8 says UTF-8, as does a sample whose non-ASCII lines are at least half
+    valid UTF-8 (merged feeds mix encodings). Otherwise EUC-JP or Shift_JIS by which one decodes
+    the other lines, and if both do, by which one gives ordinary Japanese text (EUC-JP read as
+    Shift_JIS turns into half-width katakana). Ties go to EUC-JP, the classic feeds' encoding.
     """
     if sample.startswith(_UTF8_BOM) or sample.isascii():
         return "utf-8"
@@ -434,22 +435,31 @@ def detect_encoding(sample: bytes) -> str:
     except UnicodeDecodeError as exc:
         if exc.reason == "unexpected end of data" and exc.start >= len(sample) - 3:
             return "utf-8"
+    others: list[bytes] = []
+    utf8 = 0
+    for line in sample.splitlines():
+        if line.isascii():
+            continue
+        try:
+            line.decode("utf-8")
+            utf8 += 1
+        except UnicodeDecodeError:
+            others.append(line)
+        if utf8 + len(others) >= 1000:
+            break
+    if utf8 >= len(others):
+        return "utf-8"
     scores: dict[str, int] = {}
     for encoding in ("euc-jp", "shift_jis"):
-        try:
-            scores[encoding] = _japanese_score(_decode(sample, encoding))
-        except UnicodeDecodeError:
-            continue
-    if not scores:
-        # Neither decodes all of it: take the one that decodes the most lines.
-        for encoding in ("euc-jp", "shift_jis"):
-            scores[encoding] = 0
-            for line in sample.splitlines():
-                try:
-                    _decode(line, encoding)
-                    scores[encoding] += 1
-                except UnicodeDecodeError:
-                    pass
+        decoded = 0
+        score = 0
+        for line in others:
+            try:
+                score += _japanese_score(_decode(line, encoding))
+                decoded += 1
+            except UnicodeDecodeError:
+                continue
+        scores[encoding] = decoded * 1_000_000 + score
     return max(scores, key=lambda e: (scores[e], e == "euc-jp"))
 
 
@@ -620,7 +630,8 @@ class LirsReader:
                     if len(pending) > max_line:
                         yield lineno, None
                     else:
-                        yield lineno, [pending]
+                        # A final CR was held back in case an LF followed.
+                        yield lineno, pending.splitlines()
                 return
             buf = pending + chunk if pending else chunk
             size = len(buf)
@@ -809,7 +820,6 @@ class WriteStats:
     records: int = 0
     #: Characters that the output encoding cannot hold, written as `?`.
     replaced: int = 0
-    replaced_lines: list[str] = field(default_factory=list)
 
 
 class LirsWriter:
@@ -876,25 +886,25 @@ class LirsWriter:
         return n
 
     def _encode(self, text: str) -> bytes:
+        codecs_ = _DECODERS.get(self.encoding, (self.encoding,))
         try:
-            return text.encode(_ENCODERS.get(self.encoding, self.encoding))
+            return text.encode(codecs_[0])
         except UnicodeEncodeError:
             pass
-        out = []
-        for line in text.split(self._newline):
-            for codec in _DECODERS.get(self.encoding, (self.encoding,)):
+        # Character by character (the encodings we write are stateless): the vendor table for
+        # what the common one lacks, `?` for what neither holds.
+        out = bytearray()
+        for ch in text:
+            for codec in codecs_:
                 try:
-                    out.append(line.encode(codec))
+                    out += ch.encode(codec)
                     break
                 except UnicodeEncodeError:
                     continue
             else:
-                encoded = line.encode(_ENCODERS.get(self.encoding, self.encoding), "replace")
-                self.stats.replaced += sum(1 for ch in line if not _encodable(ch, self.encoding))
-                if len(self.stats.replaced_lines) < 10:
-                    self.stats.replaced_lines.append(line)
-                out.append(encoded)
-        return self._newline.encode("ascii").join(out)
+                out += b"?"
+                self.stats.replaced += 1
+        return bytes(out)
 
     def _flush(self) -> None:
         if self._batch:
@@ -939,19 +949,6 @@ class LirsWriter:
             self.close()
         else:
             self.abort()
-
-
-_ENCODERS = {"utf-8": "utf-8", "euc-jp": "euc_jp", "shift_jis": "cp932"}
-
-
-def _encodable(ch: str, encoding: str) -> bool:
-    for codec in _DECODERS.get(encoding, (encoding,)):
-        try:
-            ch.encode(codec)
-            return True
-        except UnicodeEncodeError:
-            continue
-    return False
 
 
 def write_records(
