@@ -312,6 +312,7 @@ def merge(
     show_default=True,
 )
 @click.option("-o", "--output", "out", required=True, help="Output document (- = stdout).")
+@click.option("--capability-list", help="URL of the Capability List, linked as rel=up.")
 @click.option("--strict", is_flag=True, help="Stop at the first bad record (exit 1).")
 @click.option("--encoding", callback=_check_encoding, help="Input encoding (default: detect).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
@@ -320,6 +321,7 @@ def to_resourcesync(
     source: str,
     capability: str,
     out: str,
+    capability_list: str | None,
     strict: bool,
     encoding: str | None,
     as_json: bool,
@@ -333,7 +335,7 @@ def to_resourcesync(
         strict_exit(strict),
         open_lirs(source, encoding=encoding, strict=strict, on_warning=warnings) as reader,
     ):
-        stats = convert(reader, _out_target(out), capability)
+        stats = convert(reader, _out_target(out), capability, capability_list=capability_list)
     warnings.finish()
     left_out = stats.error_rows + stats.no_time
     if left_out and not as_json:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from ..model import Capability, Change, Document, Resource
+from ..model import Capability, Change, Document, Link, Resource
 from ..sitemap import iter_entries, open_document, write_document
 from ..w3cdt import W3CDatetimeError, format_w3c, parse_w3c
 from .codec import MAX_TIME, MAX_TZ, LirsWriter, Record, is_lirs_url, join_fields, split_fields
@@ -152,9 +152,13 @@ def to_resourcesync(
     capability: str,
     *,
     now: int | None = None,
+    capability_list: str | None = None,
 ) -> ToStats:
     """Write records as a Change List (`updated` entries, oldest first, `from`/`until` spanning
-    them) or a Resource List (`at` = the latest Last-Detected). Returns the counts."""
+    them) or a Resource List (`at` = the latest Last-Detected). Returns the counts.
+
+    `capability_list`: the URL of the Capability List, linked as `rel="up"` (recommended).
+    """
     if capability not in (Capability.CHANGELIST, Capability.RESOURCELIST):
         raise ValueError(f"capability must be changelist or resourcelist, not {capability!r}")
     stats = ToStats()
@@ -167,17 +171,22 @@ def to_resourcesync(
         stats.no_time = held - with_time - stats.error_rows
         clock = _utc(int(time.time()) if now is None else now)
         namespaces = {"lirs": LIRS_NS}
+        links = [Link(rel="up", href=capability_list)] if capability_list else []
         if capability == Capability.CHANGELIST:
             span = table.span()
             start, end = (_utc(span[0]), _utc(span[1])) if span else (clock, clock)
             document = Document(
-                capability=capability, from_=start, until=end, namespaces=namespaces
+                capability=capability,
+                from_=start,
+                until=end,
+                namespaces=namespaces,
+                links=links,
             )
             order = "modified"
         else:
             latest = table.max_detected(with_time=True)
             at = _utc(latest) if latest else clock
-            document = Document(capability=capability, at=at, namespaces=namespaces)
+            document = Document(capability=capability, at=at, namespaces=namespaces, links=links)
             order = "input"
         entries = (
             record_to_resource(r, capability)

@@ -132,7 +132,7 @@ class RecordTable:
         try:
             db.executemany(
                 f"INSERT INTO held ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-                f"ON CONFLICT(key) DO UPDATE SET seq = excluded.seq, {_UPDATE}",
+                f"ON CONFLICT(key) DO UPDATE SET {_UPDATE}",
                 self._rows(records, counter),
             )
         except BaseException:
