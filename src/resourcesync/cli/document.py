@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,11 +13,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..hashing import format_hashes
-from ..http import HttpOptions, make_client
 from ..model import Document, Link, Resource
 from ..sitemap import Mapping, Resolver, walk
 from ..sitemap import validate as validate_documents
 from ..sitemap.follow import FOLLOW_ALL, FOLLOW_NONE
+from ..sitemap.read import is_url
 from ..sitemap.rules import ERROR, Finding
 from ..w3cdt import format_w3c
 from ._common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, emit_json, handle_errors
@@ -38,6 +39,19 @@ def _size(text: str) -> int:
         return int(t)
     except ValueError:
         raise click.BadParameter(f"not a size: {text!r} (e.g. 500M, 2G)") from None
+
+
+@contextlib.contextmanager
+def http_client(targets: Sequence[str], timeout: float) -> Iterator[Any]:
+    """One HTTP client for the command when any target is a URL (httpx is imported only then:
+    listing a local file should not pay for it)."""
+    if not any(is_url(t) for t in targets):
+        yield None
+        return
+    from ..http import HttpOptions, make_client
+
+    with make_client(HttpOptions(timeout=timeout)) as client:
+        yield client
 
 
 def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -92,7 +106,7 @@ def validate(
             f"{escape(where)}: [{colour}]{f.level}[/{colour}]: {escape(f.message)}{entry}"
         )
 
-    with make_client(HttpOptions(timeout=timeout)) as client:
+    with http_client(targets, timeout) as client:
         report = validate_documents(
             list(targets),
             follow=follow,
@@ -213,7 +227,7 @@ def cat(
     """
     tty = sys.stdout.isatty()
     console = Console(highlight=False, soft_wrap=True)
-    with make_client(HttpOptions(timeout=timeout)) as client:
+    with http_client([target], timeout) as client:
         for visit in walk(
             target,
             mode=FOLLOW_ALL if follow else FOLLOW_NONE,

@@ -134,6 +134,9 @@ class Visit:
         return self.reader.name
 
     def entries(self) -> Iterator[tuple[int, Resource]]:
+        if self._mode == FOLLOW_NONE:
+            yield from self.reader.entries()
+            return
         for line, res in self.reader.entries():
             if len(self._found) < self._limit:
                 self._found.extend(children(self.reader, res, self._mode))
