@@ -78,9 +78,9 @@ def test_we_read_and_validate_what_resync_writes(tmp_path: Path) -> None:
         rl.add(
             ResyncResource(
                 uri=f"http://example.com/r{i}",
-                lastmod="2024-05-0%dT00:00:00Z" % (i + 1),
+                lastmod=f"2024-05-0{i + 1}T00:00:00Z",
                 length=i,
-                md5="%032x" % i,
+                md5=f"{i:032x}",
             )
         )
     path = tmp_path / "resourcelist.xml"
@@ -88,7 +88,7 @@ def test_we_read_and_validate_what_resync_writes(tmp_path: Path) -> None:
     doc, entries = read_document(path)
     assert doc.capability == "resourcelist" and doc.at == T0
     assert [e.loc for e in entries] == [f"http://example.com/r{i}" for i in range(3)]
-    assert entries[1].hashes == {"md5": "%032x" % 1}
+    assert entries[1].hashes == {"md5": f"{1:032x}"}
     assert validate([path]).ok
 
     cl = ChangeList()
