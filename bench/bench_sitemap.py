@@ -109,9 +109,7 @@ def main() -> dict[str, float]:
     r["resync_cmd_s"] = best_of(
         args.repeat, lambda: command(resync_cmd, "--parse", "--sitemap", str(small))
     )
-    r["bare_cmd_s"] = best_of(
-        args.repeat, lambda: command(sys.executable, "-c", BARE, str(small))
-    )
+    r["bare_cmd_s"] = best_of(args.repeat, lambda: command(sys.executable, "-c", BARE, str(small)))
     r["ours_inproc_s"] = best_of(args.repeat, lambda: validate([small]))
     r["bare_inproc_s"] = best_of(args.repeat, lambda: bare_in_process(small))
     r["speedup_vs_resync"] = r["resync_cmd_s"] / r["ours_cmd_s"]
