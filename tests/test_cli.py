@@ -722,3 +722,32 @@ def test_cat_bad_value_is_one_line_with_file_and_line(tmp_path: Path) -> None:
         "(entry http://example.com/res2)"
     ]
     assert "Traceback" not in result.output
+
+
+def test_map_never_reads_outside_its_directory(tmp_path: Path) -> None:
+    write(
+        tmp_path / "outside.xml",
+        urlset(
+            'capability="resourcelist" at="2013-01-03T09:00:00Z"',
+            "<url><loc>http://example.com/OUTSIDE-ENTRY</loc></url>",
+        ),
+    )
+    index = write(
+        tmp_path / "site" / "resourcelist.xml",
+        urlset(
+            'capability="resourcelist" at="2013-01-03T09:00:00Z"',
+            UP,
+            f"<sitemap><loc>{SITE}/%2e%2e/outside.xml</loc></sitemap>",
+            f"<sitemap><loc>{SITE}/a/../../outside.xml</loc></sitemap>",
+            index=True,
+        ),
+    )
+    mapping = f"{SITE}/={tmp_path / 'site'}"
+    result = run("cat", index, "--follow", "--json", "--map", mapping)
+    assert result.exit_code == 0
+    assert "OUTSIDE-ENTRY" not in result.stdout
+    assert result.stderr.count("maps outside") == 2
+    result = run("validate", index, "--follow", "--json", "--map", mapping)
+    report = json.loads(result.stdout)
+    assert [Path(d["source"]).name for d in report["documents"]] == ["resourcelist.xml"]
+    assert sum("maps outside" in f["message"] for f in report["findings"]) == 2
