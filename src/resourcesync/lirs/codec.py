@@ -659,6 +659,7 @@ class LirsReader:
         strict = self.strict
         max_line = self._max_line
         encoding = self.encoding
+        primary: str | None = None
         content = 0
         for first, lines in self._blocks():
             if lines is None:
@@ -679,8 +680,13 @@ class LirsReader:
                         if block is None:
                             block = b"\n".join(lines[i:])
                         encoding = self.encoding = detect_encoding(block)
+                    if primary is None:
+                        primary = _DECODERS.get(encoding, (encoding,))[0]
                     try:
-                        text = _decode(raw, encoding)
+                        try:
+                            text = raw.decode(primary)
+                        except UnicodeDecodeError:
+                            text = _decode(raw, encoding)
                     except UnicodeDecodeError:
                         # Merged feeds mix encodings: read such a line in its own, with a warning.
                         guess = None if self._explicit or strict else detect_encoding(raw)

@@ -11,12 +11,12 @@ megabytes.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import urlsplit
 
 from .codec import Record, join_fields, split_fields
 
@@ -25,24 +25,21 @@ __all__ = ["MergeStats", "RecordTable", "expiry_cutoff", "merge_records", "url_k
 Order = Literal["input", "modified", "newest"]
 
 
+_AUTHORITY = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://([^/?#]*)")
+
+
 def url_key(url: str) -> str:
     """The key of a record: scheme and host lower-cased, the rest exactly as written."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
+    m = _AUTHORITY.match(url)
+    if m is None:
         return url
-    netloc = parts.netloc
+    scheme, netloc = m.groups()
     if "@" in netloc:
         userinfo, _, hostport = netloc.rpartition("@")
         netloc = f"{userinfo}@{hostport.lower()}"
     else:
         netloc = netloc.lower()
-    scheme = parts.scheme.lower()
-    rest = url[len(parts.scheme) + 1 :]
-    if rest.startswith("//"):
-        rest = rest[2 + len(parts.netloc) :]
-        return f"{scheme}://{netloc}{rest}"
-    return f"{scheme}:{rest}"
+    return f"{scheme.lower()}://{netloc}{url[m.end() :]}"
 
 
 _SCHEMA = """
