@@ -47,5 +47,5 @@ class FormatError(ResourceSyncError):
     """An input was read but a value in it is not what the specification allows."""
 
 
-class FetchError(ResourceSyncError):
-    """An HTTP exchange failed after the retries allowed."""
+class FetchError(ReadError):
+    """An HTTP exchange failed after the retries allowed (so the input could not be read)."""

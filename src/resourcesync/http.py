@@ -23,11 +23,14 @@ from .errors import FetchError
 
 __all__ = [
     "USER_AGENT",
+    "AsyncClient",
+    "Client",
     "HttpOptions",
     "RetryPolicy",
     "make_async_client",
     "make_client",
     "open_stream",
+    "options_of",
     "retry_after_seconds",
 ]
 
@@ -80,18 +83,39 @@ def _client_kwargs(options: HttpOptions) -> dict[str, object]:
     }
 
 
-def make_client(options: HttpOptions | None = None) -> httpx.Client:
+class Client(httpx.Client):
+    """An httpx client that remembers the options it was built with (retry policy included)."""
+
+    def __init__(self, options: HttpOptions) -> None:
+        super().__init__(**_client_kwargs(options))  # type: ignore[arg-type]
+        self.rs_options = options
+
+
+class AsyncClient(httpx.AsyncClient):
+    """The asynchronous twin of `Client`."""
+
+    def __init__(self, options: HttpOptions, **extra: object) -> None:
+        super().__init__(**_client_kwargs(options), **extra)  # type: ignore[arg-type]
+        self.rs_options = options
+
+
+def make_client(options: HttpOptions | None = None) -> Client:
     """A synchronous client with our defaults."""
-    return httpx.Client(**_client_kwargs(options or HttpOptions()))  # type: ignore[arg-type]
+    return Client(options or HttpOptions())
 
 
-def make_async_client(options: HttpOptions | None = None) -> httpx.AsyncClient:
+def options_of(client: httpx.Client | httpx.AsyncClient | None) -> HttpOptions:
+    """The options a client was built with (defaults for a client built elsewhere)."""
+    opts = getattr(client, "rs_options", None)
+    return opts if isinstance(opts, HttpOptions) else HttpOptions()
+
+
+def make_async_client(options: HttpOptions | None = None) -> AsyncClient:
     """An asynchronous client with our defaults (HTTP/2 when asked and available)."""
     opts = options or HttpOptions()
-    kwargs = _client_kwargs(opts)
     if opts.http2 and importlib.util.find_spec("h2") is not None:
-        kwargs["http2"] = True
-    return httpx.AsyncClient(**kwargs)  # type: ignore[arg-type]
+        return AsyncClient(opts, http2=True)
+    return AsyncClient(opts)
 
 
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
@@ -120,10 +144,11 @@ def open_stream(
 ) -> Iterator[httpx.Response]:
     """GET `url` and yield the streaming response once its status is 2xx.
 
-    Retries connection errors, timeouts, 429 and 5xx as the retry policy says, honouring
-    `Retry-After`. Raises FetchError naming the URL when it does not succeed.
+    Retries connection errors, timeouts, 429 and 5xx as the retry policy says (from `options`,
+    else from the client's own options), honouring `Retry-After`. Raises FetchError naming the
+    URL when it does not succeed.
     """
-    opts = options or HttpOptions()
+    opts = options or options_of(client)
     own = client is None
     http = client if client is not None else make_client(opts)
     try:

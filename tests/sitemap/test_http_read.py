@@ -157,12 +157,6 @@ def test_404_in_the_cli_is_one_line_exit_2(site: Site) -> None:
         assert "Traceback" not in result.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: FetchError is not a ReadError, so sitemap.follow.walk (on_error catches only "
-    "ReadError) lets a 404 escape validate(): the target is not recorded in report.unreadable "
-    "and the other targets are never checked",
-)
 def test_validate_records_a_404_target_as_unreadable_and_checks_the_others(site: Site) -> None:
     site.xml("/rl.xml", urlset(RL_MD, *entries("http://example.com/a")))
     report = validate([site.url("/missing.xml"), site.url("/rl.xml")])
@@ -170,11 +164,6 @@ def test_validate_records_a_404_target_as_unreadable_and_checks_the_others(site:
     assert [d.source for d in report.documents] == [site.url("/rl.xml")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a 404 on an index part aborts validate(follow=True) with FetchError (walk "
-    "catches only ReadError) instead of reporting the part and checking the rest",
-)
 def test_validate_follow_reports_a_404_part_and_checks_the_rest(site: Site) -> None:
     site.xml(
         "/index.xml",
@@ -226,12 +215,6 @@ def test_503_forever_gives_up_after_the_retries(site: Site) -> None:
     assert site.hits["/rl.xml"] == 1 + RetryPolicy().retries
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DESIGN GAP: open_document has no options parameter and http.open_stream reads the "
-    "retry policy from `options`, never from the client; a client built with "
-    "HttpOptions(retry=RetryPolicy(retries=0)) is still retried 3 times",
-)
 def test_the_retry_policy_of_the_client_given_to_open_document_is_used(site: Site) -> None:
     site.docs["/rl.xml"] = flaky(b"", 100, "0")
     client = make_client(HttpOptions(retry=RetryPolicy(retries=0, backoff=0.01)))

@@ -183,12 +183,6 @@ def test_document_times_that_are_not_used_are_warnings(md: str, fragment: str) -
     assert report.errors == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: rules._check_times reports a companion (completed/until) without its partner "
-    "only when the partner is not 'not used'; completed on a Change List and until on a "
-    "Resource List (Appendix A: not used) pass silently, unlike at/from there",
-)
 @pytest.mark.parametrize(
     ("md", "fragment"),
     [
@@ -660,12 +654,6 @@ def test_header_element_between_entries_is_a_warning() -> None:
     assert report.errors == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: DocumentChecker.start reads reader.late_header_lines once, before the entries; "
-    "a late header element after the last entry (found in DocumentReader._finish) "
-    "is never reported",
-)
 def test_header_element_after_the_last_entry_is_a_warning() -> None:
     data = doc(
         RL,
@@ -676,11 +664,6 @@ def test_header_element_after_the_last_entry_is_a_warning() -> None:
     assert f.line == line_of(data, "/info")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: DocumentChecker.start reads reader.late_header_lines once, with only the first "
-    "256 KiB chunk parsed; late header elements further on are never reported",
-)
 def test_header_element_between_entries_past_the_first_chunk_is_a_warning() -> None:
     many = [url(f"http://example.com/r{i}") for i in range(10_000)]
     late = '<rs:ln rel="describedby" href="http://example.com/info"/>'
@@ -804,12 +787,6 @@ def test_changefreq_and_priority_out_of_vocabulary_are_warnings() -> None:
     assert report.errors == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: rules._validate_one names the checker '<input>' for a non-path target until "
-    "the walk yields, so value problems met while reading the header carry another source "
-    "than the document's other findings",
-)
 def test_all_findings_of_a_file_object_name_the_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "list.xml"
     path.write_bytes(doc(RL, url(extra="<lastmod>never</lastmod>"), url("relative")))

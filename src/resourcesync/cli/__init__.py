@@ -6,6 +6,7 @@ import click
 
 from .. import __version__
 from .document import cat, validate
+from .lirs import antenna, lirs
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -20,5 +21,7 @@ def main() -> None:
 
 main.add_command(validate)
 main.add_command(cat)
+main.add_command(lirs)
+main.add_command(antenna)
 
 __all__ = ["main"]

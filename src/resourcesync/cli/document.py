@@ -99,7 +99,7 @@ def validate(
     def show(f: Finding) -> None:
         if as_json or (errors_only and f.level != ERROR):
             return
-        where = f"{f.source}:{f.line}" if f.line else f.source
+        where = _where(f)
         colour = "red" if f.level == ERROR else "yellow"
         entry = f" [dim](entry {escape(f.entry)})[/dim]" if f.entry else ""
         console.print(
@@ -114,6 +114,7 @@ def validate(
             client=client,
             max_bytes=_size(max_size),
             on_finding=show,
+            on_unreadable=lambda f: click.echo(f"resourcesync: {_where(f)}: {f.message}", err=True),
         )
     if as_json:
         sys.stdout.write(report.to_json() + "\n")
@@ -130,6 +131,10 @@ def validate(
     if report.unreadable:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if report.errors else EXIT_OK)
+
+
+def _where(f: Finding) -> str:
+    return f"{f.source}:{f.line}" if f.line else f.source
 
 
 def _dt(value: datetime | None) -> str | None:

@@ -185,11 +185,11 @@ def walk(
                 on_skip(key, f"more than {max_documents} documents: stopped following", parent)
             return
         name = key if isinstance(target, str | Path) else None
-        handler = on_problem(name or "<input>") if on_problem else None
         try:
-            reader = open_document(
-                target, name=name, client=client, max_bytes=max_bytes, on_problem=handler
-            )
+            reader = open_document(target, name=name, client=client, max_bytes=max_bytes)
+            if on_problem is not None:
+                # Before anything is parsed: every problem carries the reader's own name.
+                reader.on_problem = on_problem(reader.name)
         except ReadError as exc:
             if on_error is None:
                 raise

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -57,6 +58,9 @@ RS_MD = f"{{{RS_NS}}}md"
 RS_LN = f"{{{RS_NS}}}ln"
 
 Source = str | os.PathLike[str] | bytes | bytearray | IO[bytes]
+
+# What may stand before the root element: the XML declaration, PIs, comments, white space.
+_PROLOG = re.compile(rb"(?:\xef\xbb\xbf)?(?:\s+|<\?.*?\?>|<!--.*?-->)*", re.DOTALL)
 
 
 class ProblemHandler(Protocol):
@@ -159,13 +163,14 @@ class DocumentReader:
         on_problem: ProblemHandler | None = None,
     ) -> None:
         self.max_bytes = max_bytes
-        self._on_problem = on_problem
+        self.on_problem = on_problem
         self._client = client
         self._closers: list[Callable[[], None]] = []
         self.url: str | None = None
         self.path: Path | None = None
         raw = self._open(source, name)
         self._chunks = _Chunks(raw, self.name, max_bytes)
+        self._prolog_checked = False
         self._chunk_iter: Iterator[bytes] | None = iter(self._chunks)
         self._parser = etree.XMLPullParser(
             events=("end",),
@@ -307,6 +312,8 @@ class DocumentReader:
                 chunk = next(self._chunk_iter)
             except StopIteration:
                 chunk = None
+        if chunk is not None and not self._prolog_checked:
+            chunk = self._check_prolog(chunk)
         try:
             if chunk is not None:
                 parser.feed(chunk)
@@ -320,6 +327,41 @@ class DocumentReader:
             raise self._feed_error(exc) from None
         self._finish(root)
         return False
+
+    def _check_prolog(self, chunk: bytes) -> bytes:
+        """Refuse a DOCTYPE before the parser sees it: libxml2 would otherwise meet an entity
+        bomb (and say so in its own words) before we meet the root element. The prolog is read
+        until the root element starts (at most 1 MiB of it)."""
+        head = chunk
+        while True:
+            text = head
+            if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+                text = head.decode("utf-16", errors="replace").encode("utf-8")
+            m = _PROLOG.match(text)
+            end = m.end() if m else 0
+            rest = text[end : end + 9]
+            if rest == b"<!DOCTYPE":
+                raise ReadError(
+                    "DOCTYPE declarations are not allowed in ResourceSync documents "
+                    "(refused: entities and DTDs are never loaded)",
+                    source=self.name,
+                    line=text.count(b"\n", 0, end) + 1,
+                )
+            # More is needed while the prolog might still be going on: an unclosed comment or
+            # PI, or too few bytes to tell what comes next.
+            complete = not (
+                (len(rest) < 9 and b"<!DOCTYPE".startswith(rest))
+                or rest.startswith((b"<!--", b"<?"))
+            )
+            if complete or len(head) > (1 << 20) or self._chunk_iter is None:
+                break
+            try:
+                head += next(self._chunk_iter)
+            except StopIteration:
+                self._chunk_iter = None
+                break
+        self._prolog_checked = True
+        return head
 
     def _check_root(self, root: Any) -> None:
         if self._root_checked:
@@ -408,9 +450,9 @@ class DocumentReader:
     # -- decoding --------------------------------------------------------------------------
 
     def _problem(self, message: str, line: int | None, entry: str | None) -> None:
-        if self._on_problem is None:
+        if self.on_problem is None:
             raise FormatError(message, source=self.name, line=line, entry=entry)
-        self._on_problem(message, line, entry)
+        self.on_problem(message, line, entry)
 
     def _header(self, root: Any, first_entry: Any) -> Document:
         doc = Document(index=root.tag == SITEMAPINDEX)

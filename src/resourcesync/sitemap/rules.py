@@ -208,8 +208,6 @@ class DocumentChecker:
             self.warning('no <rs:ln rel="up"> to the Capability List (recommended, §7)', line)
         if cap == "capabilitylist" and up is None:
             self.warning('no <rs:ln rel="up"> to the Source Description (recommended, §9.2)', line)
-        for late in reader.late_header_lines:
-            self.warning("document-level <rs:md>/<rs:ln> after the entries (put it first)", late)
 
     def _check_times(
         self,
@@ -245,6 +243,12 @@ class DocumentChecker:
             elif rule == _X:
                 self.warning(
                     f"{name} is not used on the {where} of a {what} (Appendix A)", line, entry
+                )
+            if value is None and cvalue is not None and rule == _X:
+                self.warning(
+                    f"{companion} is not used on the {where} of a {what} (Appendix A)",
+                    line,
+                    entry,
                 )
             if value is not None and cvalue is not None and cvalue < value:
                 self.error(
@@ -410,6 +414,8 @@ class DocumentChecker:
         self._prev_line = line
 
     def finish(self, reader: DocumentReader) -> None:
+        for late in reader.late_header_lines:
+            self.warning("document-level <rs:md>/<rs:ln> after the entries (put it first)", late)
         if self.count > SITEMAP_MAX_ENTRIES:
             self.warning(
                 f"{self.count} entries: over the Sitemap limit of {SITEMAP_MAX_ENTRIES} "
@@ -436,16 +442,20 @@ def validate(
     client: Any = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     on_finding: Callable[[Finding], None] | None = None,
+    on_unreadable: Callable[[Finding], None] | None = None,
 ) -> Report:
     """Validate documents (and, with `follow`, what they link down to).
 
     Unreadable documents (missing, not XML, hostile) are recorded in `report.unreadable` and
-    the others are still checked.
+    the others are still checked. `on_finding` hears each finding as it is made,
+    `on_unreadable` each document that could not be read.
     """
     report = Report()
 
     for target in targets:
-        _validate_one(target, report, on_finding, follow, resolver, client, max_bytes)
+        _validate_one(
+            target, report, on_finding, on_unreadable, follow, resolver, client, max_bytes
+        )
     return report
 
 
@@ -453,6 +463,7 @@ def _validate_one(
     target: Source,
     report: Report,
     on_finding: Callable[[Finding], None] | None,
+    on_unreadable: Callable[[Finding], None] | None,
     follow: bool,
     resolver: Resolver | None,
     client: Any,
@@ -476,8 +487,8 @@ def _validate_one(
     def unreadable(exc: ReadError, referrer: str | None) -> None:
         f = Finding(ERROR, exc.message, exc.source or str(target), exc.line)
         report.unreadable.append(f)
-        if on_finding is not None:
-            on_finding(f)
+        if on_unreadable is not None:
+            on_unreadable(f)
 
     for visit in walk(
         target,
