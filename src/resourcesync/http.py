@@ -27,6 +27,7 @@ __all__ = [
     "Client",
     "HttpOptions",
     "RetryPolicy",
+    "iter_body",
     "make_async_client",
     "make_client",
     "open_stream",
@@ -132,6 +133,15 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def iter_body(response: httpx.Response, url: str, chunk_size: int = 1 << 18) -> Iterator[bytes]:
+    """The body in chunks; a connection that fails half way is a FetchError naming the URL."""
+    try:
+        yield from response.iter_bytes(chunk_size)
+    except httpx.HTTPError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise FetchError(f"transfer failed: {reason}", source=url) from None
 
 
 @contextlib.contextmanager

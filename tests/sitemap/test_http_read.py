@@ -332,3 +332,24 @@ def test_external_dtd_is_never_fetched(site: Site, prolog: str, body: str) -> No
     assert result.exit_code == 2
     assert "LEAKED" not in result.output
     assert site.hits["/evil.dtd"] == 0
+
+
+def test_a_connection_lost_half_way_is_a_read_error_naming_the_url() -> None:
+    body = urlset(RL_MD, *entries(*(f"http://example.com/{i}" for i in range(2000))))
+
+    async def half(request: Request) -> Response:
+        async def stream() -> AsyncIterator[bytes]:
+            yield body[: len(body) // 2]
+            raise RuntimeError("the server fell over")
+
+        # A declared length that is never delivered: the client sees the connection drop.
+        return StreamingResponse(stream(), headers={"Content-Length": str(len(body))})
+
+    app = Starlette(routes=[Route("/rl.xml", half)])
+    with serve(app) as base:
+        with pytest.raises(ReadError) as info:
+            read_document(f"{base}/rl.xml")
+        assert f"{base}/rl.xml" in str(info.value)
+        result = CliRunner().invoke(main, ["cat", f"{base}/rl.xml"])
+        assert result.exit_code == 2
+        assert "Traceback" not in result.output

@@ -27,15 +27,13 @@ import gzip
 import io
 import os
 import re
-import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
-import httpx
-
-from ..errors import FormatError, ReadError, ResourceSyncError
+from ..atomic import AtomicFile
+from ..errors import FormatError, ReadError
 
 __all__ = [
     "MAX_LINE",
@@ -601,8 +599,6 @@ class LirsReader:
                 raise ReadError(
                     f"cannot read: {exc or type(exc).__name__}", source=self.name, line=lineno
                 ) from None
-            except httpx.HTTPError as exc:
-                raise ReadError(f"transfer failed: {exc}", source=self.name) from None
             if drop_lf and chunk.startswith(b"\n"):
                 chunk = chunk[1:]
             drop_lf = False
@@ -738,7 +734,7 @@ def open_lirs(
     encoding: str | None = None,
     strict: bool = False,
     on_warning: Callable[[LirsWarning], None] | None = None,
-    client: httpx.Client | None = None,
+    client: Any = None,
     max_line: int = MAX_LINE,
 ) -> Iterator[LirsReader]:
     """Open a LIRS input (path, `-` for stdin, http(s) URL, bytes or binary file) for reading.
@@ -757,11 +753,11 @@ def open_lirs(
         if isinstance(source, bytes):
             read = io.BytesIO(source).read
         elif _is_url(source):
-            from ..http import open_stream
+            from ..http import iter_body, open_stream
 
             assert isinstance(source, str)
             response = stack.enter_context(open_stream(source, client=client))
-            read = _IterReader(response.iter_bytes(_CHUNK)).read
+            read = _IterReader(iter_body(response, source, _CHUNK)).read
         elif isinstance(source, str | os.PathLike):
             path = os.fspath(source)
             if path == "-":
@@ -781,8 +777,6 @@ def open_lirs(
             head = read(_CHUNK)
         except OSError as exc:
             raise ReadError(f"cannot read: {exc}", source=label) from None
-        except httpx.HTTPError as exc:
-            raise ReadError(f"transfer failed: {exc}", source=label) from None
         compressed = head.startswith(_GZIP_MAGIC)
         if compressed:
             gz = gzip.GzipFile(fileobj=_Prefixed(head, read), mode="rb")
@@ -848,23 +842,15 @@ class LirsWriter:
             raise ValueError("newline must be LF or CRLF")
         self._newline = newline
         self._batch: list[str] = []
-        self._tmp: str | None = None
-        self._path: str | None = None
+        self._atomic: AtomicFile | None = None
         self._raw: IO[bytes]
         self._gz: gzip.GzipFile | None = None
         if isinstance(target, str | os.PathLike):
             path = os.fspath(target)
             if compress is None:
                 compress = path.endswith(".gz")
-            directory = os.path.dirname(os.path.abspath(path))
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".lirs", dir=directory)
-            except OSError as exc:
-                raise ResourceSyncError(
-                    f"cannot write: {exc.strerror or exc}", source=path
-                ) from None
-            self._tmp, self._path = tmp, path
-            self._raw = os.fdopen(fd, "wb")
+            self._atomic = AtomicFile(path, fsync=True, suffix=".lirs")
+            self._raw = self._atomic.file
             inner = os.path.basename(path)
         else:
             self._raw = target
@@ -920,32 +906,22 @@ class LirsWriter:
 
     def close(self) -> None:
         """Finish the output; for a path, put it in place."""
-        self._flush()
-        if self._gz is not None:
-            self._gz.close()
-        if self._path is not None:
-            assert self._tmp is not None
-            self._raw.flush()
-            os.fsync(self._raw.fileno())
-            self._raw.close()
-            try:
-                mode = os.stat(self._path).st_mode & 0o777
-            except OSError:
-                mode = 0o644
-            os.chmod(self._tmp, mode)
-            os.replace(self._tmp, self._path)
-            self._tmp = None
+        try:
+            self._flush()
+            if self._gz is not None:
+                self._gz.close()
+        except BaseException:
+            self.abort()
+            raise
+        if self._atomic is not None:
+            self._atomic.commit()
         else:
             self._raw.flush()
 
     def abort(self) -> None:
         """Give up: remove the temporary file, leave any existing target as it was."""
-        if self._tmp is not None:
-            with contextlib.suppress(OSError):
-                self._raw.close()
-            with contextlib.suppress(OSError):
-                os.unlink(self._tmp)
-            self._tmp = None
+        if self._atomic is not None:
+            self._atomic.abort()
 
     def __enter__(self) -> LirsWriter:
         return self

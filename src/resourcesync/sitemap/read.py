@@ -239,7 +239,7 @@ class DocumentReader:
         self._closers.append(close_stream)
         # Sitemaps served with Content-Encoding: gzip are decoded by httpx; `.xml.gz` bodies
         # served as application/gzip stay compressed and are detected by their magic bytes.
-        return response.iter_bytes(CHUNK)  # type: ignore[no-any-return]
+        return http.iter_body(response, url, CHUNK)
 
     # -- context manager -------------------------------------------------------------------
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +24,7 @@ from types import TracebackType
 from typing import IO
 from urllib.parse import urljoin
 
+from ..atomic import AtomicFile
 from ..errors import FormatError
 from ..hashing import format_hashes
 from ..model import CHANGE_CAPABILITIES, RS_NS, SITEMAP_NS, Document, Link, Resource
@@ -242,18 +242,12 @@ class DocumentWriter:
     ) -> None:
         self.document = document
         self._ser = _Serializer(document, spec_version)
-        self._fsync = fsync
         self.count = 0
         self._closed = False
-        self._path: Path | None = None
-        self._tmp: str | None = None
+        self._atomic: AtomicFile | None = None
         if isinstance(target, str | os.PathLike):
-            self._path = Path(target)
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            fd, self._tmp = tempfile.mkstemp(
-                prefix=f".{self._path.name}.", suffix=".tmp", dir=self._path.parent
-            )
-            self._out: IO[bytes] = os.fdopen(fd, "wb", buffering=1 << 20)
+            self._atomic = AtomicFile(target, fsync=fsync, make_parents=True)
+            self._out: IO[bytes] = self._atomic.file
         else:
             self._out = target
         head = self._ser.header(document).encode("utf-8")
@@ -283,31 +277,22 @@ class DocumentWriter:
         if self._closed:
             return
         self._closed = True
-        self._out.write(self._footer)
-        self.bytes += len(self._footer)
-        if self._path is None:
-            self._out.flush()
-            return
         try:
-            self._out.flush()
-            if self._fsync:
-                os.fsync(self._out.fileno())
-            self._out.close()
-            assert self._tmp is not None
-            os.chmod(self._tmp, 0o644)
-            os.replace(self._tmp, self._path)
+            self._out.write(self._footer)
         except BaseException:
             self.abort()
             raise
+        self.bytes += len(self._footer)
+        if self._atomic is None:
+            self._out.flush()
+        else:
+            self._atomic.commit()
 
     def abort(self) -> None:
         """Give up: remove the temporary file, leave any previous document in place."""
         self._closed = True
-        if self._path is not None and self._tmp is not None:
-            with contextlib.suppress(OSError):
-                self._out.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._tmp)
+        if self._atomic is not None:
+            self._atomic.abort()
 
     def __enter__(self) -> DocumentWriter:
         return self
