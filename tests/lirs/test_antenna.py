@@ -25,7 +25,7 @@ from resourcesync.lirs.antenna import (
     strip_markup,
 )
 from resourcesync.lirs.codec import Record, format_record, read_records
-from resourcesync.sitemap import open_document, validate
+from resourcesync.sitemap import Mapping, Resolver, open_document, validate
 from tests.servers import serve
 
 T0 = 1_700_000_000
@@ -225,7 +225,29 @@ def test_outputs_are_valid_resourcesync_and_html(tmp_path: Path, site: tuple[str
     assert "<site>" not in page
     assert "2023-11-15 07:13 +09:00" in page  # T0 + 30 in the site's time zone
     leftovers = [p.name for p in out.iterdir() if p.name.startswith(".")]
-    assert leftovers == []
+    assert leftovers in ([], [".well-known"])  # no temporary file left behind
+
+
+def test_with_a_base_url_the_antenna_is_a_complete_source(
+    tmp_path: Path, site: tuple[str, Pages]
+) -> None:
+    base, _ = site
+    cfg = config(tmp_path, base_url="http://antenna.example.org/")
+    out = Path(cfg.out_dir)
+    with Antenna(cfg, clock=Clock()) as ant:
+        ant.run_round([Site(f"{base}/lm")])
+    report = validate(
+        [out / ".well-known" / "resourcesync"],
+        follow=True,
+        resolver=Resolver([Mapping("http://antenna.example.org/", out)]),
+    )
+    assert report.ok and not report.warnings, [str(f) for f in report.findings]
+    assert sorted(d.capability or "" for d in report.documents) == [
+        "capabilitylist",
+        "changelist",
+        "description",
+        "resourcelist",
+    ]
 
 
 def test_backoff_skips_sites_that_rarely_change(tmp_path: Path, site: tuple[str, Pages]) -> None:

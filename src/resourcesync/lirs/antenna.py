@@ -49,9 +49,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..atomic import AtomicFile
 from ..errors import ReadError, ResourceSyncError
 from ..http import HttpOptions, RetryPolicy, make_async_client
-from ..model import Capability, Change, Document, Resource
+from ..model import Capability, Change, Document, Link, Resource
 from ..sitemap import write_document
 from ..w3cdt import format_w3c
 from .codec import LirsWarning, LirsWriter, Record, detect_encoding, is_lirs_url, open_lirs
@@ -71,6 +72,7 @@ __all__ = [
 LIRS_FILE = "antenna.lirs.gz"
 RESOURCELIST_FILE = "resourcelist.xml"
 CHANGELIST_FILE = "changelist.xml"
+CAPABILITYLIST_FILE = "capabilitylist.xml"
 HTML_FILE = "index.html"
 #: Rows on the HTML page; the LIRS file has them all.
 HTML_ROWS = 2000
@@ -793,6 +795,7 @@ class Antenna:
             written = writer.stats.records
         at = datetime.fromtimestamp(now, UTC)
         ns = {"lirs": LIRS_NS}
+        up = self._write_capabilities()
         resources = (
             record_to_resource(r, Capability.RESOURCELIST)
             for r in self._own_records()
@@ -800,7 +803,7 @@ class Antenna:
         )
         write_document(
             out / RESOURCELIST_FILE,
-            Document(capability=Capability.RESOURCELIST, at=at, namespaces=ns),
+            Document(capability=Capability.RESOURCELIST, at=at, namespaces=ns, links=up),
             resources,
         )
         first_run = int(
@@ -809,10 +812,38 @@ class Antenna:
         start = datetime.fromtimestamp(max(first_run, now - config.history), UTC)
         write_document(
             out / CHANGELIST_FILE,
-            Document(capability=Capability.CHANGELIST, from_=start, until=at, namespaces=ns),
+            Document(
+                capability=Capability.CHANGELIST, from_=start, until=at, namespaces=ns, links=up
+            ),
             self._changes(),
         )
         return relayed, written
+
+    def _write_capabilities(self) -> list[Link]:
+        """With a base URL, the antenna is a small ResourceSync Source: a Capability List for
+        its two lists and a Source Description (OUT/.well-known/resourcesync, found there when
+        OUT is the site root). Returns the `up` link for the lists."""
+        if not self.config.base_url:
+            return []
+        base = self.config.base_url.rstrip("/") + "/"
+        description = base + ".well-known/resourcesync"
+        capabilitylist = base + CAPABILITYLIST_FILE
+        write_document(
+            self.out / CAPABILITYLIST_FILE,
+            Document(
+                capability=Capability.CAPABILITYLIST, links=[Link(rel="up", href=description)]
+            ),
+            [
+                Resource(loc=base + RESOURCELIST_FILE, capability=Capability.RESOURCELIST),
+                Resource(loc=base + CHANGELIST_FILE, capability=Capability.CHANGELIST),
+            ],
+        )
+        write_document(
+            self.out / ".well-known" / "resourcesync",
+            Document(capability=Capability.DESCRIPTION),
+            [Resource(loc=capabilitylist, capability=Capability.CAPABILITYLIST)],
+        )
+        return [Link(rel="up", href=capabilitylist)]
 
     def _changes(self) -> Iterator[Resource]:
         titles = dict(
@@ -900,15 +931,5 @@ td {{ padding: 0.2em 0.6em; }} td.t {{ white-space: nowrap; font-family: monospa
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with AtomicFile(path, fsync=True) as f:
+        f.write(data)
