@@ -25,4 +25,13 @@ resourcesync validate examples/broken/xxe.xml
 echo "exit code: $?"
 set -e
 
+step "LIRS: an EUC-JP antenna feed (encoding detected), converted to a Change List and validated"
+resourcesync lirs cat examples/lirs/antenna.eucjp.lirs
+out=$(mktemp -d)
+resourcesync lirs to-resourcesync examples/lirs/antenna.eucjp.lirs -o "$out/changelist.xml" \
+  --capability-list http://antenna.example.jp/capabilitylist.xml --json
+resourcesync validate "$out/changelist.xml"
+resourcesync lirs from-resourcesync "$out/changelist.xml" -o "$out/back.lirs.gz" --json
+rm -rf "$out"
+
 step "Done"
