@@ -1,0 +1,259 @@
+"""What a Source publishes and where: resource sets, URLs, policies, and the tree's layout.
+
+The layout of an output directory (OUTDIR), shared by `publish` (which writes it) and the
+server (which serves it):
+
+    OUTDIR/.well-known/resourcesync        the Source Description
+    OUTDIR/<set>/capabilitylist.xml        one Capability List per resource set
+    OUTDIR/<set>/resourcelist.xml          … and the set's other documents beside it
+    OUTDIR/<set>/changelist.xml              (plus parts, archives, dump packages and manifests
+    OUTDIR/<set>/…                           in sub-folders of OUTDIR/<set>/)
+    OUTDIR/.resourcesync/                  state (SQLite) and `published.json`; never served
+
+`published.json` (see `PUBLISHED_FILE`) is written last by every publication: the sets with their
+resource directories and base URLs, every live document with its URL, times, size and entry
+count, and the most recent changes. A server reads it to route requests and to describe the
+Source; nothing else needs to parse our XML to know what was published.
+
+Documents are published at `docs_url` (OUTDIR is served at that URL; by default the root of
+the first set's base URL, so the Source Description is at `/.well-known/resourcesync`). The
+resources of a set are published at its `base_url` (the set's directory is served there).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import ResourceSyncError
+from ..hashing import ALGORITHMS
+
+__all__ = [
+    "CAPABILITIES",
+    "PUBLISHED_FILE",
+    "STATE_DIR",
+    "PublishConfig",
+    "SetConfig",
+    "load_config",
+    "parse_duration",
+    "parse_size",
+]
+
+STATE_DIR = ".resourcesync"
+PUBLISHED_FILE = "published.json"
+DESCRIPTION_PATH = ".well-known/resourcesync"
+#: The capabilities `publish` can produce for a set (archives come with them).
+CAPABILITIES = ("resourcelist", "changelist", "resourcedump", "changedump")
+DEFAULT_CAPABILITIES = ("resourcelist", "changelist")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class ConfigError(ResourceSyncError):
+    """A configuration value that cannot be used."""
+
+
+def parse_size(text: str | int) -> int:
+    """`50M`, `2G`, `1048576` → bytes."""
+    if isinstance(text, int):
+        return text
+    units = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise ConfigError(f"not a size: {text!r} (e.g. 50M, 2G)") from None
+
+
+def parse_duration(text: str | int | float) -> float:
+    """`90s`, `15m`, `6h`, `1d`, `2w`, `3600` → seconds."""
+    if isinstance(text, int | float):
+        return float(text)
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    t = text.strip().lower()
+    try:
+        if t and t[-1] in units:
+            return float(t[:-1]) * units[t[-1]]
+        return float(t)
+    except ValueError:
+        raise ConfigError(f"not a duration: {text!r} (e.g. 90s, 15m, 6h, 1d)") from None
+
+
+def site_root(url: str) -> str:
+    """`https://example.org/data/x/` → `https://example.org/`."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
+
+
+def _slash(url: str) -> str:
+    return url if url.endswith("/") else url + "/"
+
+
+@dataclass
+class SetConfig:
+    """One resource set: a directory published at a base URL, with its own Capability List."""
+
+    name: str
+    dir: Path
+    base_url: str
+    capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
+    hashes: tuple[str, ...] = ("md5",)
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    describedby: str | None = None
+    #: Split a list into an index over parts past these limits (the Sitemap limits).
+    max_entries: int = 50_000
+    max_bytes: int = 50 * 1024 * 1024
+    #: Close the open Change List after this many entries and/or this many seconds.
+    changelist_max_entries: int = 10_000
+    changelist_max_age: float | None = None
+    #: Resource Dump packages hold at most this many bytes of resources each.
+    package_size: int = 256 * 1024 * 1024
+    #: Earlier Resource Lists kept in the Resource List Archive.
+    keep_resourcelists: int = 5
+    #: Earlier Resource Dumps kept in the Resource Dump Archive.
+    keep_resourcedumps: int = 2
+    #: Change Dump packages listed in the live Change Dump before it is closed and archived.
+    changedump_max_packages: int = 100
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name):
+            raise ConfigError(
+                f"set name {self.name!r}: use letters, digits, '.', '_' or '-' "
+                "(it becomes a folder and a URL path)"
+            )
+        if urlsplit(self.base_url).scheme not in ("http", "https"):
+            raise ConfigError(f"base URL {self.base_url!r} is not an http(s) URL")
+        self.base_url = _slash(self.base_url)
+        unknown = set(self.capabilities) - set(CAPABILITIES)
+        if unknown:
+            raise ConfigError(
+                f"unknown capabilities {', '.join(sorted(unknown))} "
+                f"(choose from {', '.join(CAPABILITIES)})"
+            )
+        if not self.capabilities:
+            raise ConfigError("no capabilities to publish")
+        bad = set(self.hashes) - set(ALGORITHMS)
+        if bad or not self.hashes:
+            raise ConfigError(
+                f"hash algorithms must be among {', '.join(ALGORITHMS)}, not {sorted(bad)}"
+            )
+        if self.max_entries < 1 or self.max_bytes < 4096:
+            raise ConfigError("split limits are too small")
+        if self.changelist_max_entries < 1:
+            raise ConfigError("the change list rotation needs at least 1 entry")
+        if self.package_size < 1024:
+            raise ConfigError("the dump package size is too small")
+
+
+@dataclass
+class PublishConfig:
+    """A whole Source: its sets, where the documents go and at which URL they are served."""
+
+    out: Path
+    sets: list[SetConfig]
+    docs_url: str = ""
+    spec_version: str = "1.1"
+    describedby: str | None = None
+    fsync: bool = False
+    state_dir: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.sets:
+            raise ConfigError("no resource set to publish")
+        names = [s.name for s in self.sets]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"resource set names must differ: {names}")
+        if not self.docs_url:
+            self.docs_url = site_root(self.sets[0].base_url)
+        self.docs_url = _slash(self.docs_url)
+        if self.spec_version not in ("1.0", "1.1"):
+            raise ConfigError("spec version is 1.0 or 1.1")
+
+    @property
+    def state(self) -> Path:
+        return self.state_dir or (self.out / STATE_DIR)
+
+    def set_url(self, s: SetConfig) -> str:
+        """Where the set's documents are published."""
+        return f"{self.docs_url}{s.name}/"
+
+    @property
+    def description_url(self) -> str:
+        return self.docs_url + DESCRIPTION_PATH
+
+
+def load_config(path: str | Path) -> PublishConfig:
+    """Read a `resourcesync.toml`:
+
+        out = "public"                        # OUTDIR (relative to the file)
+        docs_url = "https://example.org/"     # optional
+        spec_version = "1.1"                  # optional
+        describedby = "https://example.org/about.html"   # optional
+
+        [[set]]
+        name = "articles"
+        dir = "data/articles"
+        base_url = "https://example.org/articles/"
+        capabilities = ["resourcelist", "changelist", "resourcedump"]
+        hashes = ["md5", "sha-256"]
+        exclude = ["*.tmp", ".git/*"]
+
+    Every SetConfig field can be given in a set table (sizes as "50M", durations as "1d").
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("no such file", source=str(p)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", source=str(p)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", source=str(p)) from None
+    here = p.parent
+    try:
+        sets = [_set_from(here, t) for t in data.get("set", [])]
+        return PublishConfig(
+            out=here / data.get("out", "public"),
+            sets=sets,
+            docs_url=data.get("docs_url", ""),
+            spec_version=str(data.get("spec_version", "1.1")),
+            describedby=data.get("describedby"),
+            fsync=bool(data.get("fsync", False)),
+        )
+    except ConfigError as exc:
+        raise ConfigError(exc.message, source=str(p)) from None
+    except (TypeError, KeyError) as exc:
+        raise ConfigError(f"bad configuration: {exc}", source=str(p)) from None
+
+
+_SIZES = {"max_bytes", "package_size"}
+_DURATIONS = {"changelist_max_age"}
+_TUPLES = {"capabilities", "hashes", "include", "exclude"}
+
+
+def _set_from(here: Path, table: dict[str, Any]) -> SetConfig:
+    if "dir" not in table or "base_url" not in table:
+        raise ConfigError("every [[set]] needs dir and base_url")
+    values: dict[str, Any] = {}
+    known = set(SetConfig.__dataclass_fields__)
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"unknown set option {key!r}")
+        if key in _SIZES:
+            value = parse_size(value)
+        elif key in _DURATIONS:
+            value = parse_duration(value)
+        elif key in _TUPLES:
+            value = tuple(value)
+        elif key == "dir":
+            value = here / value
+        values[key] = value
+    values.setdefault("name", Path(values["dir"]).name)
+    return SetConfig(**values)
