@@ -7,6 +7,7 @@ import click
 from .. import __version__
 from .document import cat, validate
 from .lirs import antenna, lirs
+from .publish import publish
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -21,6 +22,7 @@ def main() -> None:
 
 main.add_command(validate)
 main.add_command(cat)
+main.add_command(publish)
 main.add_command(lirs)
 main.add_command(antenna)
 

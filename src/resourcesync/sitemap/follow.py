@@ -167,16 +167,21 @@ def walk(
     is reported there and the walk goes on with the others.
     """
     resolver = resolver or Resolver()
-    queue: deque[tuple[Source, int, str | None]] = deque()
-    queue.append((start, 0, None))
+    # Each queued document carries the chain of documents that led to it: a link back into
+    # that chain is a loop (reported); a document reached again by another way (a Change List
+    # in both the index and the archive) is simply not read twice.
+    queue: deque[tuple[Source, int, str | None, frozenset[str]]] = deque()
+    queue.append((start, 0, None, frozenset()))
     seen: set[str] = set()
     count = 0
     while queue:
-        target, depth, parent = queue.popleft()
+        target, depth, parent, ancestors = queue.popleft()
         key = str(target)
-        if key in seen:
+        if key in ancestors:
             if on_skip:
-                on_skip(key, "already visited (a loop or a repeated link): not read again", parent)
+                on_skip(key, "a loop: it links back to a document that led to it", parent)
+            continue
+        if key in seen:
             continue
         seen.add(key)
         count += 1
@@ -223,7 +228,7 @@ def walk(
                 if on_skip:
                     on_skip(url, exc.message, reader.name)
                 continue
-            queue.append((child, depth + 1, reader.name))
+            queue.append((child, depth + 1, reader.name, ancestors | {key}))
 
 
 def iter_entries(

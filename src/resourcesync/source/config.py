@@ -205,7 +205,8 @@ def load_config(path: str | Path) -> PublishConfig:
         hashes = ["md5", "sha-256"]
         exclude = ["*.tmp", ".git/*"]
 
-    Every SetConfig field can be given in a set table (sizes as "50M", durations as "1d").
+    Every SetConfig field can be given in a set table, by its name or its command-line name
+    (`max_size` for `max_bytes`; sizes as "50M", durations as "1d").
     """
     p = Path(path)
     try:
@@ -233,6 +234,8 @@ def load_config(path: str | Path) -> PublishConfig:
         raise ConfigError(f"bad configuration: {exc}", source=str(p)) from None
 
 
+# The command-line names work in the file too.
+_ALIASES = {"max_size": "max_bytes", "hash": "hashes", "max-size": "max_bytes"}
 _SIZES = {"max_bytes", "package_size"}
 _DURATIONS = {"changelist_max_age"}
 _TUPLES = {"capabilities", "hashes", "include", "exclude"}
@@ -244,6 +247,7 @@ def _set_from(here: Path, table: dict[str, Any]) -> SetConfig:
     values: dict[str, Any] = {}
     known = set(SetConfig.__dataclass_fields__)
     for key, value in table.items():
+        key = _ALIASES.get(key, key).replace("-", "_")
         if key not in known:
             raise ConfigError(f"unknown set option {key!r}")
         if key in _SIZES:

@@ -1,0 +1,208 @@
+"""`publish`: bring a Source's ResourceSync documents up to date with its resources."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..source.config import (
+    CAPABILITIES,
+    ConfigError,
+    PublishConfig,
+    SetConfig,
+    load_config,
+    parse_duration,
+    parse_size,
+)
+from ._common import emit_json, handle_errors, show_progress, stderr_console
+
+
+def _split_list(values: tuple[str, ...]) -> tuple[str, ...]:
+    out: list[str] = []
+    for v in values:
+        out += [x.strip() for x in v.split(",") if x.strip()]
+    return tuple(out)
+
+
+def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Every option of `publish` (shared with `source`, which publishes too)."""
+    options = [
+        click.option("--base-url", help="URL where DIR is published (the resources' URIs)."),
+        click.option("--out", "out", type=click.Path(path_type=Path), help="OUTDIR for documents."),
+        click.option(
+            "--config",
+            "config_file",
+            type=click.Path(path_type=Path),
+            help="A resourcesync.toml with several resource sets (instead of DIR).",
+        ),
+        click.option(
+            "--name",
+            default="resourcesync",
+            show_default=True,
+            help="Name of the resource set: its documents are published under DOCS_URL/NAME/.",
+        ),
+        click.option("--docs-url", help="URL where OUTDIR is published (default: site root)."),
+        click.option(
+            "--capabilities",
+            default="resourcelist,changelist",
+            show_default=True,
+            help=f"Comma-separated, from: {','.join(CAPABILITIES)}.",
+        ),
+        click.option(
+            "--hash",
+            "hashes",
+            multiple=True,
+            help="Hash algorithm(s): md5 (default), sha-1, sha-256; repeat or comma-separate.",
+        ),
+        click.option("--include", multiple=True, help="Only files matching (fnmatch, repeatable)."),
+        click.option("--exclude", multiple=True, help="Skip files/dirs matching (repeatable)."),
+        click.option("--describedby", help="URL describing the set (rel=describedby)."),
+        click.option(
+            "--max-entries",
+            type=click.IntRange(min=1),
+            default=50_000,
+            show_default=True,
+            help="Split lists into an index over parts past this many entries.",
+        ),
+        click.option(
+            "--max-size",
+            default="50M",
+            show_default=True,
+            help="… or past this many bytes.",
+        ),
+        click.option(
+            "--changelist-max-entries",
+            type=click.IntRange(min=1),
+            default=10_000,
+            show_default=True,
+            help="Close the open Change List after this many changes.",
+        ),
+        click.option(
+            "--changelist-max-age",
+            help="… or when it has been open this long (e.g. 1d, 6h).",
+        ),
+        click.option(
+            "--package-size",
+            default="256M",
+            show_default=True,
+            help="Resource Dump packages hold at most this many bytes of resources.",
+        ),
+        click.option(
+            "--keep-resourcelists",
+            type=click.IntRange(min=0),
+            default=5,
+            show_default=True,
+            help="Earlier Resource Lists kept in the archive.",
+        ),
+        click.option(
+            "--keep-resourcedumps",
+            type=click.IntRange(min=0),
+            default=2,
+            show_default=True,
+            help="Earlier Resource Dumps kept in the archive.",
+        ),
+        click.option(
+            "--spec-version",
+            type=click.Choice(["1.0", "1.1"]),
+            default="1.1",
+            show_default=True,
+        ),
+        click.option("--fsync", is_flag=True, help="fsync every file (power-loss safety)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
+    """The PublishConfig that the `publish_options` describe."""
+    try:
+        if o.get("config_file"):
+            config = load_config(o["config_file"])
+            if o.get("out"):
+                config.out = o["out"]
+            return config
+        if directory is None or not o.get("base_url") or not o.get("out"):
+            raise click.UsageError("give DIR, --base-url and --out (or --config FILE)")
+        hashes = _split_list(o.get("hashes") or ()) or ("md5",)
+        max_age = o.get("changelist_max_age")
+        s = SetConfig(
+            name=o.get("name") or "resourcesync",
+            dir=directory,
+            base_url=o["base_url"],
+            capabilities=_split_list((o.get("capabilities") or "",)),
+            hashes=hashes,
+            include=tuple(o.get("include") or ()),
+            exclude=tuple(o.get("exclude") or ()),
+            describedby=o.get("describedby"),
+            max_entries=o.get("max_entries") or 50_000,
+            max_bytes=parse_size(o.get("max_size") or "50M"),
+            changelist_max_entries=o.get("changelist_max_entries") or 10_000,
+            changelist_max_age=parse_duration(max_age) if max_age else None,
+            package_size=parse_size(o.get("package_size") or "256M"),
+            keep_resourcelists=o.get("keep_resourcelists", 5),
+            keep_resourcedumps=o.get("keep_resourcedumps", 2),
+        )
+        return PublishConfig(
+            out=o["out"],
+            sets=[s],
+            docs_url=o.get("docs_url") or "",
+            spec_version=o.get("spec_version") or "1.1",
+            fsync=bool(o.get("fsync")),
+        )
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@click.command()
+@click.argument("directory", required=False, type=click.Path(path_type=Path), metavar="[DIR]")
+@publish_options
+@click.option("--dry-run", is_flag=True, help="Find the changes; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON summary on stdout.")
+@handle_errors
+def publish(directory: Path | None, dry_run: bool, as_json: bool, **options: Any) -> None:
+    """Publish DIR at --base-url as ResourceSync documents in --out.
+
+    Each run brings the documents up to date with what changed since the last one: the
+    Source Description (OUTDIR/.well-known/resourcesync), a Capability List per set, the
+    Resource List, Change Lists (rotated into an index and archive), dumps and archives.
+    """
+    from ..source.publish import publish as run_publish
+
+    config = config_from_options(directory, **options)
+    console = stderr_console()
+    if show_progress() and not as_json:
+        with console.status("scanning…") as status:
+
+            def progress(name: str, n: int) -> None:
+                status.update(f"scanning {name}: {n:,} files")
+
+            result = run_publish(config, dry_run=dry_run, progress=progress)
+    else:
+        result = run_publish(config, dry_run=dry_run)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        for s in result.sets:
+            scan = s.scan
+            verb = "would publish" if dry_run else "published"
+            line = (
+                f"{s.name}: {verb} {scan.resources:,} resources: {scan.created} created, "
+                f"{scan.updated} updated, {scan.deleted} deleted"
+            )
+            if scan.baseline and not dry_run:
+                line += " (baseline: the first Resource List; changes are listed from now on)"
+            if s.rotated:
+                line += f"; {s.rotated} Change List(s) closed"
+            if s.packages:
+                line += f"; {s.packages} package(s)"
+            click.echo(line)
+            for problem in s.problems + scan.problems:
+                click.echo(f"resourcesync: warning: {s.name}: {problem}", err=True)
+        click.echo(f"in {result.seconds:.2f} s", err=True)
+
+
+__all__ = ["config_from_options", "publish", "publish_options"]

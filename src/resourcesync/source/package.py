@@ -1,0 +1,224 @@
+"""Dump packages: ZIP files of bitstreams with `manifest.xml` at the top level (§11, §13).
+
+Packages are written streaming (one resource at a time, hashed while it is copied in), capped
+in size (a new package starts when the next bitstream would pass the cap; one larger than the
+cap gets a package of its own), ZIP64 where needed, and atomically (a temporary file renamed
+into place). The manifest lists what actually went in — path (with its leading `/`), length
+and digests of the bytes copied — and a copy of it, byte for byte the same as the one inside,
+is published beside the package for the `rs:ln rel="contents"` link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from ..atomic import AtomicFile
+from ..hashing import MultiHasher, hash_file
+from ..model import Document, Resource
+from ..sitemap import DocumentWriter
+
+__all__ = ["MANIFEST_NAME", "PackageInfo", "PackageItem", "write_packages"]
+
+MANIFEST_NAME = "manifest.xml"
+RESOURCES_PREFIX = "resources/"
+_COMPRESSIBLE = ("text/", "application/xml", "application/json", "application/javascript")
+ZIP64_FROM = 1 << 31
+
+
+@dataclass(slots=True)
+class PackageItem:
+    """A bitstream to package: its manifest entry (loc, times, change …), where its bytes are,
+    and its key (the path inside the package, under `/resources/`)."""
+
+    key: str
+    entry: Resource
+    open: Callable[[], BinaryIO] | None
+    length: int = 0
+
+
+@dataclass(slots=True)
+class PackageInfo:
+    """A written package and its manifest copy."""
+
+    path: Path
+    url: str
+    manifest_path: Path
+    manifest_url: str
+    length: int
+    md5: str
+    entries: int
+    first: datetime | None = None
+    last: datetime | None = None
+    skipped: list[str] = field(default_factory=list)
+
+
+def _zip_time(value: datetime | None) -> tuple[int, int, int, int, int, int]:
+    if value is None or value.year < 1980:
+        return (1980, 1, 1, 0, 0, 0)
+    if value.year > 2107:
+        return (2107, 12, 31, 23, 59, 58)
+    return (value.year, value.month, value.day, value.hour, value.minute, value.second)
+
+
+def _compress(kind: str | None) -> int:
+    if kind and kind.startswith(_COMPRESSIBLE):
+        return zipfile.ZIP_DEFLATED
+    return zipfile.ZIP_STORED
+
+
+class _Package:
+    """One package being written: the ZIP (temporary until committed) and its manifest."""
+
+    def __init__(
+        self,
+        directory: Path,
+        name: str,
+        url_base: str,
+        manifest_doc: Document,
+        algorithms: tuple[str, ...],
+        spec_version: str,
+    ) -> None:
+        self.path = directory / f"{name}.zip"
+        self.url = url_base + f"{name}.zip"
+        self.manifest_path = directory / f"{name}-manifest.xml"
+        self.manifest_url = url_base + f"{name}-manifest.xml"
+        self.algorithms = algorithms
+        self.atomic = AtomicFile(self.path, make_parents=True)
+        self.zip = zipfile.ZipFile(self.atomic.file, "w", allowZip64=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}-manifest.", suffix=".tmp", dir=directory)
+        os.close(fd)
+        self.manifest_tmp = Path(tmp)
+        self.manifest = DocumentWriter(self.manifest_tmp, manifest_doc, spec_version=spec_version)
+        self.size = 0
+        self.count = 0
+        self.first: datetime | None = None
+        self.last: datetime | None = None
+        self.skipped: list[str] = []
+
+    def add(self, item: PackageItem) -> None:
+        entry = item.entry
+        if item.open is None:
+            # A deletion in a Change Dump Manifest: an entry without a bitstream.
+            self.manifest.write(entry)
+            self._note(entry)
+            return
+        name = RESOURCES_PREFIX + item.key
+        info = zipfile.ZipInfo(name, date_time=_zip_time(entry.lastmod))
+        info.compress_type = _compress(entry.type)
+        info.external_attr = 0o644 << 16
+        hasher = MultiHasher(self.algorithms)
+        try:
+            src = item.open()
+        except OSError as exc:
+            # Gone or unreadable since the scan: left out of this package, reported.
+            self.skipped.append(f"{item.key}: {exc.strerror or exc}")
+            return
+        try:
+            with src, self.zip.open(info, "w", force_zip64=item.length >= ZIP64_FROM) as dst:
+                while chunk := src.read(1 << 20):
+                    hasher.update(chunk)
+                    dst.write(chunk)
+        except OSError as exc:
+            # A read that failed half way leaves a member the manifest does not list; readers
+            # of a dump go by its manifest.
+            self.skipped.append(f"{item.key}: {exc.strerror or exc}")
+            return
+        self.size += hasher.length
+        self.manifest.write(
+            entry.replace(path="/" + name, length=hasher.length, hashes=hasher.hexdigests())
+        )
+        self._note(entry)
+
+    def _note(self, entry: Resource) -> None:
+        self.count += 1
+        t = entry.change_time or entry.at
+        if t is not None:
+            self.first = self.first or t
+            self.last = t
+
+    def finish(self) -> PackageInfo:
+        try:
+            self.manifest.close()
+            self.zip.write(self.manifest_tmp, MANIFEST_NAME, compress_type=zipfile.ZIP_DEFLATED)
+            self.zip.close()
+            self.atomic.commit()
+            os.chmod(self.manifest_tmp, 0o644)
+            os.replace(self.manifest_tmp, self.manifest_path)
+        except BaseException:
+            self.abort()
+            raise
+        length, digests = hash_file(self.path, ("md5",))
+        return PackageInfo(
+            path=self.path,
+            url=self.url,
+            manifest_path=self.manifest_path,
+            manifest_url=self.manifest_url,
+            length=length,
+            md5=digests["md5"],
+            entries=self.count,
+            first=self.first,
+            last=self.last,
+            skipped=self.skipped,
+        )
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self.zip.close()
+        self.atomic.abort()
+        self.manifest.abort()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.manifest_tmp)
+
+
+def write_packages(
+    directory: Path,
+    url_base: str,
+    items: Iterable[PackageItem],
+    manifest_doc: Document,
+    *,
+    package_size: int,
+    algorithms: tuple[str, ...] = ("md5",),
+    spec_version: str = "1.1",
+    prefix: str = "package",
+) -> Iterator[PackageInfo]:
+    """Write the items into as many packages as the size cap asks (`prefix-00001.zip`, …),
+    yielding each package as it is finished."""
+    directory.mkdir(parents=True, exist_ok=True)
+    current: _Package | None = None
+    number = 0
+    try:
+        for item in items:
+            if (
+                current is not None
+                and current.count
+                and (current.size + item.length > package_size)
+            ):
+                info = current.finish()
+                current = None
+                yield info
+            if current is None:
+                number += 1
+                current = _Package(
+                    directory,
+                    f"{prefix}-{number:05d}",
+                    url_base,
+                    manifest_doc,
+                    algorithms,
+                    spec_version,
+                )
+            current.add(item)
+        if current is not None:
+            info = current.finish()
+            current = None
+            yield info
+    finally:
+        if current is not None:
+            current.abort()

@@ -1,0 +1,814 @@
+"""State → document tree: one publication of a Source.
+
+For each set: scan the inventory against the state (committing what changed), then bring the
+set's documents up to date from the state. Every file is written under a temporary name and
+renamed into place, children before the documents that point at them (packages and manifests,
+closed Change Lists, archives, then the live lists), each Capability List after its documents,
+the Source Description after the Capability Lists, and `published.json` last.
+
+The state is committed before the documents are written, and a publication that did not
+finish is redone by the next run: documents are derived from the state only, so a crash
+between the two loses nothing and duplicates nothing.
+
+File names inside OUTDIR/<set>/:
+
+    capabilitylist.xml
+    resourcelist.xml (+ resourcelist-NNNNN.xml parts)     resourcelist-archive.xml
+    archive/resourcelist-<stamp>.xml                        earlier Resource Lists
+    changelist.xml   the open Change List, or, once one has been closed, a Change List Index
+    changelists/changelist-NNNNN.xml                        every Change List (closed, open)
+    changelist-archive.xml
+    resourcedump.xml  resourcedump-archive.xml  resourcedumps/<stamp>/package-NNNNN.zip (+ manifest)
+    changedump.xml    changedump-archive.xml    changedumps/<from>/package-NNNNN.zip (+ manifest)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..atomic import AtomicFile
+from ..errors import ResourceSyncError
+from ..model import Capability, Document, Link, Resource
+from ..sitemap import Mapping, Resolver, iter_entries, write_document, write_split
+from ..w3cdt import format_w3c, parse_w3c
+from .config import DESCRIPTION_PATH, PUBLISHED_FILE, PublishConfig, SetConfig
+from .inventory import DirectoryInventory, Inventory, ScanStats
+from .package import PackageItem, write_packages
+from .state import ChangeListRow, ScanResult, SetState
+
+__all__ = ["DocumentInfo", "PublishResult", "SetResult", "publish"]
+
+Progress = Callable[[str, int], None]
+
+
+@dataclass
+class DocumentInfo:
+    """A live document as `published.json` describes it."""
+
+    capability: str
+    path: str
+    url: str
+    index: bool = False
+    at: datetime | None = None
+    completed: datetime | None = None
+    from_: datetime | None = None
+    until: datetime | None = None
+    bytes: int = 0
+    entries: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        def t(v: datetime | None) -> str | None:
+            return format_w3c(v) if v else None
+
+        return {
+            "capability": self.capability,
+            "path": self.path,
+            "url": self.url,
+            "index": self.index,
+            "at": t(self.at),
+            "completed": t(self.completed),
+            "from": t(self.from_),
+            "until": t(self.until),
+            "bytes": self.bytes,
+            "entries": self.entries,
+        }
+
+
+@dataclass
+class SetResult:
+    name: str
+    scan: ScanResult
+    documents: list[DocumentInfo] = field(default_factory=list)
+    written: int = 0
+    rotated: int = 0
+    packages: int = 0
+    stats: ScanStats | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.scan
+        out: dict[str, Any] = {
+            "name": self.name,
+            "resources": s.resources,
+            "created": s.created,
+            "updated": s.updated,
+            "deleted": s.deleted,
+            "unchanged": s.unchanged,
+            "touched": s.touched,
+            "hashed": s.rehashed,
+            "baseline": s.baseline,
+            "documents_written": self.written,
+            "changelists_closed": self.rotated,
+            "packages": self.packages,
+            "problems": self.problems + s.problems,
+        }
+        if self.stats is not None:
+            out["skipped_links"] = self.stats.skipped_links
+            out["skipped_names"] = self.stats.skipped_names
+            out["excluded"] = self.stats.excluded
+        return out
+
+
+@dataclass
+class PublishResult:
+    sets: list[SetResult]
+    dry_run: bool
+    seconds: float
+
+    @property
+    def changes(self) -> int:
+        return sum(s.scan.changes for s in self.sets)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "seconds": round(self.seconds, 3),
+            "changes": self.changes,
+            "sets": [s.to_json() for s in self.sets],
+        }
+
+
+def _stamp(t: datetime) -> str:
+    return t.strftime("%Y%m%dT%H%M%S") + f".{t.microsecond:06d}Z"
+
+
+def _rel(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def publish(
+    config: PublishConfig,
+    *,
+    dry_run: bool = False,
+    inventories: dict[str, Inventory] | None = None,
+    progress: Progress | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> PublishResult:
+    """Publish every set of the Source once. `inventories` replaces the directory scan of the
+    named sets (a database, a feed: see `inventory.Inventory`)."""
+    started = time.monotonic()
+    out = config.out
+    _check_clashes(config)
+    results: list[SetResult] = []
+    set_docs: dict[str, list[DocumentInfo]] = {}
+    recent: dict[str, list[dict[str, str]]] = {}
+    counts: dict[str, int] = {}
+    for s in config.sets:
+        state_path = config.state / f"{s.name}.sqlite"
+        scratch = None
+        if dry_run and not state_path.exists():
+            # A dry run writes nothing of ours: a first run is tried on a scratch state.
+            scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
+            state_path = Path(scratch) / "state.sqlite"
+        with SetState(state_path, clock=clock) as state:
+            inventory: Inventory
+            stats = None
+            if inventories and s.name in inventories:
+                inventory = inventories[s.name]
+            else:
+                if not s.dir.is_dir():
+                    raise ResourceSyncError("not a directory", source=str(s.dir))
+                d = DirectoryInventory(
+                    s.dir,
+                    s.base_url,
+                    include=s.include,
+                    exclude=s.exclude,
+                    skip=[out, config.state],
+                )
+                inventory = d
+            step = (lambda n, name=s.name: progress(name, n)) if progress else None
+            scan = state.scan(inventory, s.hashes, dry_run=dry_run, progress=step)
+            if isinstance(inventory, DirectoryInventory):
+                stats = inventory.stats
+            result = SetResult(s.name, scan, stats=stats)
+            if stats is not None:
+                result.problems += stats.unreadable
+            results.append(result)
+            if dry_run:
+                continue
+            publisher = _SetPublisher(config, s, state, scan, clock)
+            publisher.run()
+            result.documents = publisher.documents
+            result.written = publisher.written
+            result.rotated = publisher.rotated
+            result.packages = publisher.packages
+            result.problems += publisher.problems
+            set_docs[s.name] = publisher.documents
+            recent[s.name] = state.recent_changes()
+            counts[s.name] = state.count()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if not dry_run:
+        _write_description(config)
+        _write_published(config, set_docs, recent, counts, clock)
+        for s in config.sets:
+            with SetState(config.state / f"{s.name}.sqlite", clock=clock) as state:
+                run = state.last_run()
+                if run is not None:
+                    state.put("published_run", str(run[0]))
+    return PublishResult(results, dry_run, time.monotonic() - started)
+
+
+class _SetPublisher:
+    """Brings one set's documents up to date with its state."""
+
+    def __init__(
+        self,
+        config: PublishConfig,
+        s: SetConfig,
+        state: SetState,
+        scan: ScanResult,
+        clock: Callable[[], datetime] | None,
+    ) -> None:
+        self.config = config
+        self.s = s
+        self.state = state
+        self.scan = scan
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.dir = config.out / s.name
+        self.url = config.set_url(s)
+        self.capabilitylist_url = self.url + "capabilitylist.xml"
+        self.up = Link(rel="up", href=self.capabilitylist_url)
+        self.v = config.spec_version
+        self.documents: list[DocumentInfo] = []
+        self.written = 0
+        self.rotated = 0
+        self.packages = 0
+        self.problems: list[str] = []
+        run = state.last_run()
+        published = state.get("published_run")
+        # A publication that did not finish (or settings that changed) is done again in full.
+        settings = json.dumps(
+            [s.max_entries, s.max_bytes, s.package_size, self.v, self.url, s.base_url]
+        )
+        self.redo = (
+            scan.changes > 0
+            or published is None
+            or run is None
+            or int(published) < run[0] - 1
+            or state.get("settings") != settings
+        )
+        self._settings = settings
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    def link_url(self, name: str) -> str:
+        return self.url + name
+
+    def doc(self, capability: str, **kw: Any) -> Document:
+        return Document(capability=capability, **kw)
+
+    def note(
+        self, capability: str, name: str, doc: Document, entries: int, index: bool = False
+    ) -> None:
+        p = self.path(name)
+        self.documents.append(
+            DocumentInfo(
+                capability=capability,
+                path=_rel(p, self.config.out),
+                url=self.link_url(name),
+                index=index,
+                at=doc.at,
+                completed=doc.completed,
+                from_=doc.from_,
+                until=doc.until,
+                bytes=p.stat().st_size if p.exists() else 0,
+                entries=entries,
+            )
+        )
+
+    def split(self, name: str, doc: Document, entries: Iterator[Resource]) -> tuple[bool, int]:
+        result = write_split(
+            self.path(name),
+            self.link_url(name),
+            doc,
+            entries,
+            max_entries=self.s.max_entries,
+            max_bytes=self.s.max_bytes,
+            spec_version=self.v,
+            fsync=self.config.fsync,
+        )
+        self.written += 1 + len(result.parts)
+        return result.index, result.count
+
+    def write(self, name: str, doc: Document, entries: Iterator[Resource] | list[Resource]) -> int:
+        n = write_document(
+            self.path(name), doc, entries, spec_version=self.v, fsync=self.config.fsync
+        )
+        self.written += 1
+        return n
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        caps = self.s.capabilities
+        entries: list[Resource] = []
+        if "resourcelist" in caps:
+            self.resourcelist()
+            entries += [
+                Resource(loc=self.link_url("resourcelist.xml"), capability="resourcelist"),
+                Resource(
+                    loc=self.link_url("resourcelist-archive.xml"),
+                    capability="resourcelist-archive",
+                ),
+            ]
+        if "resourcedump" in caps:
+            self.resourcedump()
+            entries += [
+                Resource(loc=self.link_url("resourcedump.xml"), capability="resourcedump"),
+                Resource(
+                    loc=self.link_url("resourcedump-archive.xml"),
+                    capability="resourcedump-archive",
+                ),
+            ]
+        if "changelist" in caps:
+            self.changelist()
+            entries += [
+                Resource(loc=self.link_url("changelist.xml"), capability="changelist"),
+                Resource(
+                    loc=self.link_url("changelist-archive.xml"), capability="changelist-archive"
+                ),
+            ]
+        if "changedump" in caps:
+            self.changedump()
+            entries += [
+                Resource(loc=self.link_url("changedump.xml"), capability="changedump"),
+                Resource(
+                    loc=self.link_url("changedump-archive.xml"), capability="changedump-archive"
+                ),
+            ]
+        links = [Link(rel="up", href=self.config.description_url)]
+        if self.s.describedby:
+            links.append(Link(rel="describedby", href=self.s.describedby))
+        doc = self.doc(Capability.CAPABILITYLIST, links=links)
+        self.write("capabilitylist.xml", doc, entries)
+        self.state.put("settings", self._settings)
+
+    # -- Resource List (§10) and its archive -------------------------------------------------
+
+    def resourcelist(self) -> None:
+        state = self.state
+        live = self.path("resourcelist.xml")
+        archive_link = Link(rel="archives", href=self.link_url("resourcelist-archive.xml"))
+        if self.redo or not live.exists():
+            previous_at = state.get("rl_at")
+            if previous_at and live.exists() and self.s.keep_resourcelists > 0:
+                self._archive_resourcelist(live, previous_at)
+            at = self.scan.started
+            completed = self.scan.completed
+            doc = self.doc(
+                Capability.RESOURCELIST,
+                at=at,
+                completed=completed,
+                links=[self.up, archive_link],
+            )
+            index, count = self.split("resourcelist.xml", doc, state.resources())
+            state.put("rl_at", format_w3c(at))
+            state.put("rl_completed", format_w3c(completed))
+            state.put("rl_index", "1" if index else "0")
+            state.put("rl_count", str(count))
+        rl_at, rl_completed = state.get("rl_at"), state.get("rl_completed")
+        assert rl_at is not None
+        live_doc = self.doc(
+            Capability.RESOURCELIST,
+            at=parse_w3c(rl_at),
+            completed=parse_w3c(rl_completed) if rl_completed else None,
+        )
+        self.note(
+            "resourcelist",
+            "resourcelist.xml",
+            live_doc,
+            int(state.get("rl_count") or 0),
+            index=state.get("rl_index") == "1",
+        )
+        self._archive_document("resourcelist", "resourcelist-archive.xml", by="at")
+
+    def _archive_resourcelist(self, live: Path, previous_at: str) -> None:
+        """Keep the Resource List being replaced, under a name of its own."""
+        state = self.state
+        at = parse_w3c(previous_at)
+        completed_text = state.get("rl_completed")
+        completed = parse_w3c(completed_text) if completed_text else None
+        name = f"archive/resourcelist-{_stamp(at)}.xml"
+        target = self.path(name)
+        if state.get("rl_index") == "1":
+            # An index over parts: the parts name the live index, so the copy is written anew.
+            resolver = Resolver([Mapping(self.url, self.dir)])
+            doc = self.doc(Capability.RESOURCELIST, at=at, completed=completed, links=[self.up])
+            self.split(name, doc, iter_entries(live, resolver=resolver))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp")
+            try:
+                os.link(live, tmp)
+            except OSError:
+                shutil.copyfile(live, tmp)
+            os.replace(tmp, target)
+        state.archive(
+            "resourcelist", _rel(target, self.dir), self.link_url(name), at=at, completed=completed
+        )
+        self._prune("resourcelist", self.s.keep_resourcelists)
+
+    def _prune(self, kind: str, keep: int) -> None:
+        rows = self.state.archived(kind)
+        for row in rows[: max(0, len(rows) - keep)]:
+            self.state.forget(row.id)
+            self._remove(self.dir / row.path)
+
+    def _remove(self, path: Path) -> None:
+        """Remove an archived document (and its parts) or a package directory."""
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        path.unlink(missing_ok=True)
+        stem = path.name.rsplit(".", 1)[0]
+        for part in path.parent.glob(f"{stem}-[0-9][0-9][0-9][0-9][0-9].xml"):
+            part.unlink(missing_ok=True)
+
+    def _archive_document(self, kind: str, name: str, *, by: str) -> None:
+        """Write the archive of `kind` (Archives §3–§6), in chronological order."""
+        rows = self.state.archived(kind)
+        if by == "at":
+            rows.sort(key=lambda r: r.at or datetime.min.replace(tzinfo=UTC))
+            entries = [Resource(loc=r.url, at=r.at, completed=r.completed) for r in rows]
+        else:
+            rows.sort(key=lambda r: r.from_ or datetime.min.replace(tzinfo=UTC))
+            entries = [Resource(loc=r.url, from_=r.from_, until=r.until) for r in rows]
+        doc = self.doc(f"{kind}-archive", links=[self.up])
+        index, count = self.split(name, doc, iter(entries))
+        self.note(f"{kind}-archive", name, doc, count, index=index)
+
+    # -- Change List (§12), rotation, index and archive ----------------------------------------
+
+    def changelist(self) -> None:
+        state = self.state
+        baseline = state.get("baselined")
+        start = self.scan.started if baseline is None else parse_w3c(baseline)
+        rl_at = state.get("rl_at")
+        if rl_at:
+            start = min(start, parse_w3c(rl_at))
+        with state.transaction():
+            current = state.open_changelist(start)
+        rotated = self._rotate(current)
+        lists = state.changelists()
+        open_row = lists[-1]
+        archive_link = Link(rel="archives", href=self.link_url("changelist-archive.xml"))
+        index_link = Link(rel="index", href=self.link_url("changelist.xml"))
+        closed = [r for r in lists if r.until is not None]
+        # Closed lists are written once (again only if a crash left one out).
+        for row in closed:
+            name = self._cl_name(row)
+            if not self.path(name).exists():
+                doc = self.doc(
+                    Capability.CHANGELIST,
+                    from_=row.from_,
+                    until=row.until,
+                    links=[self.up, index_link],
+                )
+                self.write(name, doc, state.changes(row.first_seq, row.last_seq))
+        count = state.count_changes(open_row.first_seq)
+        if closed:
+            # The open list lives among the others; changelist.xml becomes their index.
+            open_doc = self.doc(
+                Capability.CHANGELIST, from_=open_row.from_, links=[self.up, index_link]
+            )
+            if self.redo or rotated or not self.path(self._cl_name(open_row)).exists():
+                self.write(self._cl_name(open_row), open_doc, state.changes(open_row.first_seq))
+            index_doc = self.doc(
+                Capability.CHANGELIST,
+                index=True,
+                from_=lists[0].from_,
+                links=[self.up, archive_link],
+            )
+            if self.redo or rotated or not self.path("changelist.xml").exists():
+                self.write(
+                    "changelist.xml",
+                    index_doc,
+                    [
+                        Resource(loc=self.link_url(self._cl_name(r)), from_=r.from_, until=r.until)
+                        for r in lists
+                    ],
+                )
+            self.note("changelist", "changelist.xml", index_doc, len(lists), index=True)
+        else:
+            doc = self.doc(
+                Capability.CHANGELIST, from_=open_row.from_, links=[self.up, archive_link]
+            )
+            if self.redo or not self.path("changelist.xml").exists():
+                self.write("changelist.xml", doc, state.changes(open_row.first_seq))
+            self.note("changelist", "changelist.xml", doc, count)
+        # The archive lists the closed Change Lists.
+        if rotated or self.redo or not self.path("changelist-archive.xml").exists():
+            entries = [
+                Resource(loc=self.link_url(self._cl_name(r)), from_=r.from_, until=r.until)
+                for r in closed
+            ]
+            doc = self.doc(Capability.CHANGELIST_ARCHIVE, links=[self.up])
+            index, n = self.split("changelist-archive.xml", doc, iter(entries))
+        else:
+            index, n = False, len(closed)
+        self.note(
+            "changelist-archive",
+            "changelist-archive.xml",
+            self.doc(Capability.CHANGELIST_ARCHIVE),
+            n,
+            index=index,
+        )
+
+    @staticmethod
+    def _cl_name(row: ChangeListRow) -> str:
+        return f"changelists/changelist-{row.id:05d}.xml"
+
+    def _rotate(self, current: ChangeListRow) -> int:
+        """Close the open list when the policy says so; returns how many were closed."""
+        state = self.state
+        s = self.s
+        closed = 0
+        while True:
+            count = state.count_changes(current.first_seq)
+            if count > s.changelist_max_entries:
+                last = state.nth_seq(current.first_seq, s.changelist_max_entries)
+                until = state.seq_time(last)
+                assert until is not None
+            elif (
+                s.changelist_max_age is not None
+                and count > 0
+                and (self.clock() - current.from_).total_seconds() >= s.changelist_max_age
+            ):
+                last = state.max_seq()
+                until = state.next_datetime()
+            else:
+                break
+            state.close_changelist(current, last, until)
+            closed += 1
+            current = state.changelists()[-1]
+        self.rotated += closed
+        return closed
+
+    # -- Resource Dump (§11) and its archive ---------------------------------------------------
+
+    def resourcedump(self) -> None:
+        state = self.state
+        if self.redo or not self.path("resourcedump.xml").exists():
+            at = self.scan.started
+            stamp = _stamp(at)
+            folder = f"resourcedumps/{stamp}"
+            manifest_doc = self.doc(
+                Capability.RESOURCEDUMP_MANIFEST,
+                at=at,
+                completed=self.scan.completed,
+                links=[self.up],
+            )
+            items = (
+                PackageItem(
+                    key=key,
+                    entry=Resource(loc=uri, type=kind, lastmod=parse_w3c(lastmod)),
+                    open=self._opener(key),
+                    length=length,
+                )
+                for key, uri, lastmod, length, kind in state.resource_rows()
+            )
+            entries = []
+            for info in write_packages(
+                self.path(folder),
+                self.link_url(folder + "/"),
+                items,
+                manifest_doc,
+                package_size=self.s.package_size,
+                algorithms=self.s.hashes,
+                spec_version=self.v,
+            ):
+                self.packages += 1
+                self.written += 2
+                self.problems += info.skipped
+                entries.append(
+                    Resource(
+                        loc=info.url,
+                        type="application/zip",
+                        length=info.length,
+                        hashes={"md5": info.md5},
+                        at=at,
+                        completed=self.scan.completed,
+                        links=[
+                            Link(rel="contents", href=info.manifest_url, type="application/xml")
+                        ],
+                    )
+                )
+            doc = self.doc(
+                Capability.RESOURCEDUMP,
+                at=at,
+                completed=self.clock(),
+                links=[
+                    self.up,
+                    Link(rel="archives", href=self.link_url("resourcedump-archive.xml")),
+                ],
+            )
+            # The dump's own copy in its folder (what the archive will point at), then live.
+            self.write(f"{folder}/resourcedump.xml", doc, entries)
+            self.write("resourcedump.xml", doc, entries)
+            state.archive(
+                "resourcedump",
+                folder,
+                self.link_url(f"{folder}/resourcedump.xml"),
+                at=at,
+                completed=doc.completed,
+                extra=str(len(entries)),
+            )
+            self._prune("resourcedump", self.s.keep_resourcedumps + 1)
+        rows = state.archived("resourcedump")
+        current = rows[-1]
+        self.note(
+            "resourcedump",
+            "resourcedump.xml",
+            self.doc(Capability.RESOURCEDUMP, at=current.at, completed=current.completed),
+            int(current.extra or 0),
+        )
+        # The archive lists the earlier dumps (not the live one).
+        earlier = [r for r in rows if r.id != current.id]
+        entries = [Resource(loc=r.url, at=r.at, completed=r.completed) for r in earlier]
+        doc = self.doc(Capability.RESOURCEDUMP_ARCHIVE, links=[self.up])
+        index, n = self.split("resourcedump-archive.xml", doc, iter(entries))
+        self.note("resourcedump-archive", "resourcedump-archive.xml", doc, n, index=index)
+
+    def _opener(self, key: str) -> Callable[[], Any]:
+        path = self.s.dir / key
+        return lambda: open(path, "rb")
+
+    # -- Change Dump (§13) and its archive ---------------------------------------------------
+
+    def changedump(self) -> None:
+        state = self.state
+        scan = self.scan
+        until_text = state.get("cd_until")
+        baseline = state.get("baselined")
+        if scan.changes and scan.first_seq is not None and scan.last_seq is not None:
+            start = parse_w3c(until_text) if until_text else parse_w3c(baseline or "")
+            until = scan.completed
+            folder = f"changedumps/{_stamp(start)}"
+            manifest_doc = self.doc(
+                Capability.CHANGEDUMP_MANIFEST, from_=start, until=until, links=[self.up]
+            )
+            items = self._change_items(scan.first_seq, scan.last_seq)
+            for info in write_packages(
+                self.path(folder),
+                self.link_url(folder + "/"),
+                items,
+                manifest_doc,
+                package_size=1 << 62,  # one package per interval
+                algorithms=self.s.hashes,
+                spec_version=self.v,
+            ):
+                self.packages += 1
+                self.written += 2
+                self.problems += info.skipped
+                state.archive(
+                    "changedump-package",
+                    folder,
+                    info.url,
+                    from_=start,
+                    until=until,
+                    extra=json.dumps(
+                        {"length": info.length, "md5": info.md5, "manifest": info.manifest_url}
+                    ),
+                )
+            state.put("cd_until", format_w3c(until))
+        packages = state.archived("changedump-package")
+        # The live Change Dump lists the packages since its own `from`; past the limit it is
+        # closed into the archive and a new one starts where it ended.
+        live_from_text = state.get("cd_from") or baseline
+        live_from = parse_w3c(live_from_text) if live_from_text else scan.started
+        live = [p for p in packages if p.from_ is not None and p.from_ >= live_from]
+        if len(live) > self.s.changedump_max_packages:
+            closing = live[: self.s.changedump_max_packages]
+            end = closing[-1].until
+            assert end is not None
+            name = f"changedumps/changedump-{_stamp(live_from)}.xml"
+            doc = self.doc(Capability.CHANGEDUMP, from_=live_from, until=end, links=[self.up])
+            self.write(name, doc, [self._package_entry(p) for p in closing])
+            state.archive("changedump", name, self.link_url(name), from_=live_from, until=end)
+            state.put("cd_from", format_w3c(end))
+            live_from = end
+            live = live[self.s.changedump_max_packages :]
+        doc = self.doc(
+            Capability.CHANGEDUMP,
+            from_=live_from,
+            links=[self.up, Link(rel="archives", href=self.link_url("changedump-archive.xml"))],
+        )
+        if self.redo or not self.path("changedump.xml").exists():
+            self.write("changedump.xml", doc, [self._package_entry(p) for p in live])
+        self.note("changedump", "changedump.xml", doc, len(live))
+        self._archive_document("changedump", "changedump-archive.xml", by="from")
+
+    def _package_entry(self, row: Any) -> Resource:
+        extra = json.loads(row.extra or "{}")
+        return Resource(
+            loc=row.url,
+            type="application/zip",
+            length=extra.get("length"),
+            hashes={"md5": extra["md5"]} if "md5" in extra else {},
+            from_=row.from_,
+            until=row.until,
+            links=[Link(rel="contents", href=extra.get("manifest", ""), type="application/xml")],
+        )
+
+    def _change_items(self, first: int, last: int) -> Iterator[PackageItem]:
+        for res, (key, _, change, _) in zip(
+            self.state.changes(first, last), self.state.change_keys(first, last), strict=True
+        ):
+            if change == "deleted":
+                yield PackageItem(key=key, entry=res, open=None)
+            else:
+                yield PackageItem(
+                    key=key, entry=res, open=self._opener(key), length=res.length or 0
+                )
+
+
+def _check_clashes(config: PublishConfig) -> None:
+    """Documents and resources must not share URLs: refuse a layout where a set's documents
+    would be published where a file of some set's directory is published too."""
+    for s in config.sets:
+        docs = config.set_url(s)
+        for other in config.sets:
+            if docs.startswith(other.base_url):
+                rel = docs[len(other.base_url) :].rstrip("/")
+                if rel and (other.dir / rel).exists():
+                    raise ResourceSyncError(
+                        f"the documents of set {s.name!r} would be published at {docs}, where "
+                        f"{other.dir / rel} is published too: choose another --name or "
+                        "--docs-url",
+                        source=str(other.dir / rel),
+                    )
+            if (
+                other.base_url.startswith(docs)
+                or other.base_url == config.docs_url + ".well-known/"
+            ):
+                raise ResourceSyncError(
+                    f"set {other.name!r} publishes its resources at {other.base_url}, inside "
+                    f"the documents of set {s.name!r} ({docs}): choose another --name"
+                )
+
+
+def _write_description(config: PublishConfig) -> None:
+    links = []
+    if config.describedby:
+        links.append(Link(rel="describedby", href=config.describedby))
+    entries = []
+    for s in config.sets:
+        entry = Resource(loc=config.set_url(s) + "capabilitylist.xml", capability="capabilitylist")
+        if s.describedby:
+            entry.links.append(Link(rel="describedby", href=s.describedby))
+        entries.append(entry)
+    write_document(
+        config.out / DESCRIPTION_PATH,
+        Document(capability=Capability.DESCRIPTION, links=links),
+        entries,
+        spec_version=config.spec_version,
+        fsync=config.fsync,
+    )
+
+
+def _write_published(
+    config: PublishConfig,
+    docs: dict[str, list[DocumentInfo]],
+    recent: dict[str, list[dict[str, str]]],
+    counts: dict[str, int],
+    clock: Callable[[], datetime] | None,
+) -> None:
+    now = (clock or (lambda: datetime.now(UTC)))()
+    data = {
+        "format": 1,
+        "published_at": format_w3c(now),
+        "docs_url": config.docs_url,
+        "description": {"path": DESCRIPTION_PATH, "url": config.description_url},
+        "sets": [
+            {
+                "name": s.name,
+                "dir": str(s.dir.resolve()),
+                "base_url": s.base_url,
+                "capabilitylist": {
+                    "path": f"{s.name}/capabilitylist.xml",
+                    "url": config.set_url(s) + "capabilitylist.xml",
+                },
+                "documents": [d.to_json() for d in docs.get(s.name, [])],
+                "resources": counts.get(s.name, 0),
+                "recent_changes": recent.get(s.name, []),
+            }
+            for s in config.sets
+        ],
+    }
+    config.state.mkdir(parents=True, exist_ok=True)
+    with AtomicFile(config.state / PUBLISHED_FILE, fsync=config.fsync) as f:
+        f.write(json.dumps(data, indent=1).encode("utf-8"))

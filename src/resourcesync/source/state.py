@@ -1,0 +1,601 @@
+"""The state of a resource set: the last snapshot and the append-only change journal (SQLite).
+
+One database per set (WAL mode). A scan compares the inventory with the snapshot as two sorted
+streams (the snapshot is read through a second connection, a stable view while the first one
+writes), so memory does not grow with the number of resources. Only items whose fingerprint
+changed are read and hashed; a file whose bytes did not change is not a change, whatever its
+mtime says. Everything a scan finds is committed in one transaction: a run that dies half way
+leaves the previous state as it was, and the next run finds the same changes again.
+
+Change datetimes are distinct and strictly increasing within a set (microseconds), so
+(URI, datetime) is unique, as the specification asks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ..errors import ResourceSyncError
+from ..hashing import MultiHasher, format_hashes, parse_hashes
+from ..model import Resource
+from ..w3cdt import format_w3c, parse_w3c
+from .inventory import Item
+
+__all__ = ["ChangeListRow", "ScanResult", "SetState", "StateError"]
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS resources (
+    key TEXT PRIMARY KEY,
+    uri TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    lastmod TEXT NOT NULL,
+    length INTEGER NOT NULL,
+    type TEXT,
+    hashes TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS changes (
+    seq INTEGER PRIMARY KEY,
+    key TEXT NOT NULL,
+    uri TEXT NOT NULL,
+    change TEXT NOT NULL,
+    datetime TEXT NOT NULL,
+    lastmod TEXT,
+    length INTEGER,
+    type TEXT,
+    hashes TEXT,
+    run INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    started TEXT NOT NULL,
+    completed TEXT NOT NULL,
+    resources INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    deleted INTEGER NOT NULL,
+    first_seq INTEGER,
+    last_seq INTEGER
+);
+CREATE TABLE IF NOT EXISTS changelists (
+    id INTEGER PRIMARY KEY,
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER,
+    from_ TEXT NOT NULL,
+    until TEXT
+);
+CREATE TABLE IF NOT EXISTS archive (
+    kind TEXT NOT NULL,
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    url TEXT NOT NULL,
+    at TEXT,
+    completed TEXT,
+    from_ TEXT,
+    until TEXT,
+    extra TEXT
+);
+"""
+TICK = timedelta(microseconds=1)
+
+
+class StateError(ResourceSyncError):
+    """The state database cannot be used (locked by another run, newer format, corrupt)."""
+
+
+def _dt(text: str | None) -> datetime | None:
+    return parse_w3c(text) if text else None
+
+
+def _ts(value: datetime | None) -> str | None:
+    return format_w3c(value) if value is not None else None
+
+
+@dataclass
+class ScanResult:
+    """What one scan found."""
+
+    run: int
+    started: datetime
+    completed: datetime
+    resources: int = 0
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    rehashed: int = 0
+    touched: int = 0
+    baseline: bool = False
+    first_seq: int | None = None
+    last_seq: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def changes(self) -> int:
+        return self.created + self.updated + self.deleted
+
+
+@dataclass
+class ChangeListRow:
+    """One Change List of the set: closed when `until` is set."""
+
+    id: int
+    first_seq: int
+    last_seq: int | None
+    from_: datetime
+    until: datetime | None
+
+
+@dataclass
+class ArchiveRow:
+    kind: str
+    id: int
+    path: str
+    url: str
+    at: datetime | None
+    completed: datetime | None
+    from_: datetime | None
+    until: datetime | None
+    extra: str | None
+
+
+class SetState:
+    """The SQLite state of one resource set."""
+
+    def __init__(self, path: str | Path, *, clock: Callable[[], datetime] | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._clock = clock or (lambda: datetime.now(UTC))
+        try:
+            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"cannot open the state database: {exc}", source=str(path)) from None
+        version = self.get("schema")
+        if version is None:
+            self.put("schema", str(SCHEMA_VERSION))
+        elif int(version) > SCHEMA_VERSION:
+            raise StateError(
+                f"state written by a newer resourcesync (format {version})", source=str(path)
+            )
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> SetState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- meta ------------------------------------------------------------------------------
+
+    def get(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def put(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    @property
+    def last_datetime(self) -> datetime | None:
+        return _dt(self.get("last_datetime"))
+
+    def next_datetime(self, floor: datetime | None = None) -> datetime:
+        """A change time after every earlier one (and not before `floor`)."""
+        now = self._clock()
+        last = self.last_datetime
+        candidate = max(now, floor) if floor else now
+        if last is not None and candidate <= last:
+            candidate = last + TICK
+        return candidate.replace(tzinfo=UTC) if candidate.tzinfo is None else candidate
+
+    # -- scanning --------------------------------------------------------------------------
+
+    def scan(
+        self,
+        inventory: Iterable[Item],
+        algorithms: Sequence[str],
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> ScanResult:
+        """Compare the inventory with the snapshot, record what changed, commit (unless dry)."""
+        algorithms = tuple(algorithms)
+        started = self._clock()
+        run_row = self.db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM runs").fetchone()
+        result = ScanResult(run=run_row[0], started=started, completed=started)
+        result.baseline = self.get("baselined") is None
+        snapshot = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            snapshot.close()
+            raise StateError(
+                f"the state is in use by another run ({exc})", source=str(self.path)
+            ) from None
+        try:
+            snapshot.execute("BEGIN")
+            old_rows = snapshot.execute(
+                "SELECT key, uri, fingerprint, lastmod, length, type, hashes "
+                "FROM resources ORDER BY key"
+            )
+            self._merge(old_rows, inventory, algorithms, result, progress)
+            snapshot.execute("COMMIT")
+            result.completed = self._clock()
+            if result.changes:
+                seqs = self.db.execute(
+                    "SELECT MIN(seq), MAX(seq) FROM changes WHERE run = ?", (result.run,)
+                ).fetchone()
+                result.first_seq, result.last_seq = seqs
+            self.db.execute(
+                "INSERT INTO runs (id, started, completed, resources, created, updated, "
+                "deleted, first_seq, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    result.run,
+                    format_w3c(started),
+                    format_w3c(result.completed),
+                    result.resources,
+                    result.created,
+                    result.updated,
+                    result.deleted,
+                    result.first_seq,
+                    result.last_seq,
+                ),
+            )
+            if result.baseline:
+                self.put("baselined", format_w3c(result.completed))
+            self.db.execute("ROLLBACK" if dry_run else "COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
+            raise
+        finally:
+            snapshot.close()
+        return result
+
+    def _merge(
+        self,
+        old_rows: Iterator[tuple[Any, ...]],
+        inventory: Iterable[Item],
+        algorithms: tuple[str, ...],
+        result: ScanResult,
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        journal = not result.baseline
+        pending_changes: list[tuple[Any, ...]] = []
+        pending_upserts: list[tuple[Any, ...]] = []
+        pending_deletes: list[tuple[str]] = []
+        last_dt = [self.last_datetime]
+
+        def stamp() -> str:
+            now = self._clock()
+            prev = last_dt[0]
+            t = now if prev is None or now > prev else prev + TICK
+            last_dt[0] = t
+            return format_w3c(t)
+
+        def flush() -> None:
+            if pending_upserts:
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO resources (key, uri, fingerprint, lastmod, length, "
+                    "type, hashes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    pending_upserts,
+                )
+                pending_upserts.clear()
+            if pending_deletes:
+                self.db.executemany("DELETE FROM resources WHERE key = ?", pending_deletes)
+                pending_deletes.clear()
+            if pending_changes:
+                self.db.executemany(
+                    "INSERT INTO changes (key, uri, change, datetime, lastmod, length, type, "
+                    "hashes, run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    pending_changes,
+                )
+                pending_changes.clear()
+
+        def deleted(row: tuple[Any, ...]) -> None:
+            key, uri, _, lastmod, length, kind, hashes = row
+            pending_deletes.append((key,))
+            result.deleted += 1
+            if journal:
+                pending_changes.append(
+                    (key, uri, "deleted", stamp(), lastmod, length, kind, hashes, result.run)
+                )
+
+        old = next(old_rows, None)
+        previous_key: str | None = None
+        count = 0
+        for item in inventory:
+            key = item.key
+            if previous_key is not None and key <= previous_key:
+                raise ResourceSyncError(
+                    f"the inventory is not in ascending key order: {key!r} after {previous_key!r}"
+                )
+            previous_key = key
+            while old is not None and old[0] < key:
+                deleted(old)
+                old = next(old_rows, None)
+            count += 1
+            if progress is not None and count % 1000 == 0:
+                progress(count)
+            if old is not None and old[0] == key:
+                _, old_uri, old_fp, old_lastmod, old_length, _, old_hashes = old
+                old = next(old_rows, None)
+                if old_fp == item.fingerprint and old_uri == item.uri:
+                    stored = parse_hashes(old_hashes)
+                    if all(a in stored for a in algorithms):
+                        result.unchanged += 1
+                        continue
+                digests = self._digests(item, algorithms, result)
+                if digests is None:
+                    continue
+                length, hashes = digests
+                stored = parse_hashes(old_hashes)
+                same = length == old_length and all(
+                    stored.get(a) == v for a, v in hashes.items() if a in stored
+                )
+                if same and old_uri == item.uri:
+                    # Touched, copied back, or new algorithms: not a change.
+                    result.touched += 1
+                    pending_upserts.append(
+                        (
+                            key,
+                            item.uri,
+                            item.fingerprint,
+                            old_lastmod,
+                            length,
+                            item.type,
+                            format_hashes(hashes),
+                        )
+                    )
+                    continue
+                result.updated += 1
+                row = (
+                    key,
+                    item.uri,
+                    item.fingerprint,
+                    format_w3c(item.lastmod),
+                    length,
+                    item.type,
+                    format_hashes(hashes),
+                )
+                pending_upserts.append(row)
+                if journal:
+                    pending_changes.append(
+                        (key, item.uri, "updated", stamp(), *row[3:], result.run)
+                    )
+            else:
+                digests = self._digests(item, algorithms, result)
+                if digests is None:
+                    continue
+                length, hashes = digests
+                result.created += 1
+                row = (
+                    key,
+                    item.uri,
+                    item.fingerprint,
+                    format_w3c(item.lastmod),
+                    length,
+                    item.type,
+                    format_hashes(hashes),
+                )
+                pending_upserts.append(row)
+                if journal:
+                    pending_changes.append(
+                        (key, item.uri, "created", stamp(), *row[3:], result.run)
+                    )
+            if len(pending_upserts) >= 2000 or len(pending_changes) >= 2000:
+                flush()
+        while old is not None:
+            deleted(old)
+            old = next(old_rows, None)
+        flush()
+        result.resources = self.count()
+        if last_dt[0] is not None and last_dt[0] != self.last_datetime:
+            self.put("last_datetime", format_w3c(last_dt[0]))
+
+    def _digests(
+        self, item: Item, algorithms: tuple[str, ...], result: ScanResult
+    ) -> tuple[int, dict[str, str]] | None:
+        if item.hashes and all(a in item.hashes for a in algorithms):
+            return item.length, {a: item.hashes[a] for a in algorithms}
+        result.rehashed += 1
+        hasher = MultiHasher(algorithms)
+        try:
+            with item.open() as f:
+                while chunk := f.read(1 << 20):
+                    hasher.update(chunk)
+        except OSError as exc:
+            # Unreadable now (permissions, vanished): left as it was, reported, tried next run.
+            result.problems.append(f"{item.key}: {exc.strerror or exc}")
+            return None
+        return hasher.length, hasher.hexdigests()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def resources(self) -> Iterator[Resource]:
+        """The snapshot, in key order, as Resource List entries."""
+        cur = self.db.execute(
+            "SELECT uri, lastmod, length, type, hashes FROM resources ORDER BY key"
+        )
+        for uri, lastmod, length, kind, hashes in cur:
+            yield Resource(
+                loc=uri,
+                lastmod=parse_w3c(lastmod),
+                length=length,
+                type=kind,
+                hashes=parse_hashes(hashes),
+            )
+
+    def resource_rows(self) -> Iterator[tuple[str, str, str, int, str | None]]:
+        """(key, uri, lastmod, length, type) in key order (for dump packages)."""
+        yield from self.db.execute(
+            "SELECT key, uri, lastmod, length, type FROM resources ORDER BY key"
+        )
+
+    def count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM resources").fetchone()[0])
+
+    def changes(self, first_seq: int, last_seq: int | None = None) -> Iterator[Resource]:
+        """Journal entries with first_seq ≤ seq (≤ last_seq), in order, as Change List entries."""
+        if last_seq is None:
+            cur = self.db.execute(
+                "SELECT uri, change, datetime, lastmod, length, type, hashes FROM changes "
+                "WHERE seq >= ? ORDER BY seq",
+                (first_seq,),
+            )
+        else:
+            cur = self.db.execute(
+                "SELECT uri, change, datetime, lastmod, length, type, hashes FROM changes "
+                "WHERE seq BETWEEN ? AND ? ORDER BY seq",
+                (first_seq, last_seq),
+            )
+        for uri, change, when, lastmod, length, kind, hashes in cur:
+            res = Resource(loc=uri, change=change, datetime=parse_w3c(when))
+            if change != "deleted":
+                res.lastmod = _dt(lastmod)
+                res.length = length
+                res.type = kind
+                res.hashes = parse_hashes(hashes) if hashes else {}
+            yield res
+
+    def change_keys(self, first_seq: int, last_seq: int) -> Iterator[tuple[str, str, str, str]]:
+        """(key, uri, change, datetime) of journal entries in a range (for Change Dumps)."""
+        yield from self.db.execute(
+            "SELECT key, uri, change, datetime FROM changes WHERE seq BETWEEN ? AND ? ORDER BY seq",
+            (first_seq, last_seq),
+        )
+
+    def max_seq(self) -> int:
+        return int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM changes").fetchone()[0])
+
+    def seq_time(self, seq: int) -> datetime | None:
+        row = self.db.execute("SELECT datetime FROM changes WHERE seq = ?", (seq,)).fetchone()
+        return _dt(row[0]) if row else None
+
+    def last_run(self) -> tuple[int, datetime, datetime] | None:
+        row = self.db.execute(
+            "SELECT id, started, completed FROM runs ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        return (row[0], parse_w3c(row[1]), parse_w3c(row[2])) if row else None
+
+    def recent_changes(self, limit: int = 50) -> list[dict[str, str]]:
+        return [
+            {"loc": uri, "change": change, "datetime": when}
+            for uri, change, when in self.db.execute(
+                "SELECT uri, change, datetime FROM changes ORDER BY seq DESC LIMIT ?", (limit,)
+            )
+        ]
+
+    # -- change lists ----------------------------------------------------------------------
+
+    def changelists(self) -> list[ChangeListRow]:
+        return [
+            ChangeListRow(i, first, last, parse_w3c(f), _dt(u))
+            for i, first, last, f, u in self.db.execute(
+                "SELECT id, first_seq, last_seq, from_, until FROM changelists ORDER BY id"
+            )
+        ]
+
+    def open_changelist(self, start: datetime) -> ChangeListRow:
+        """The open Change List, started at `start` when there is none yet."""
+        row = self.db.execute(
+            "SELECT id, first_seq, last_seq, from_, until FROM changelists "
+            "WHERE until IS NULL ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        if row:
+            return ChangeListRow(row[0], row[1], row[2], parse_w3c(row[3]), None)
+        cur = self.db.execute(
+            "INSERT INTO changelists (first_seq, last_seq, from_, until) VALUES (?, NULL, ?, NULL)",
+            (self.max_seq() + 1, format_w3c(start)),
+        )
+        assert cur.lastrowid is not None
+        return ChangeListRow(cur.lastrowid, self.max_seq() + 1, None, start, None)
+
+    def close_changelist(self, row: ChangeListRow, last_seq: int, until: datetime) -> None:
+        """Close a list after `last_seq` at `until`; the next one opens at `until`."""
+        with self.transaction():
+            self.db.execute(
+                "UPDATE changelists SET last_seq = ?, until = ? WHERE id = ?",
+                (last_seq, format_w3c(until), row.id),
+            )
+            self.db.execute(
+                "INSERT INTO changelists (first_seq, last_seq, from_, until) "
+                "VALUES (?, NULL, ?, NULL)",
+                (last_seq + 1, format_w3c(until)),
+            )
+            last = self.last_datetime
+            if last is None or until > last:
+                self.put("last_datetime", format_w3c(until))
+
+    def count_changes(self, first_seq: int, last_seq: int | None = None) -> int:
+        if last_seq is None:
+            q = "SELECT COUNT(*) FROM changes WHERE seq >= ?"
+            return int(self.db.execute(q, (first_seq,)).fetchone()[0])
+        q = "SELECT COUNT(*) FROM changes WHERE seq BETWEEN ? AND ?"
+        return int(self.db.execute(q, (first_seq, last_seq)).fetchone()[0])
+
+    def nth_seq(self, first_seq: int, n: int) -> int:
+        """The seq of the n-th journal entry (1-based) from first_seq."""
+        row = self.db.execute(
+            "SELECT seq FROM changes WHERE seq >= ? ORDER BY seq LIMIT 1 OFFSET ?",
+            (first_seq, n - 1),
+        ).fetchone()
+        if row is None:
+            raise ValueError("not that many changes")
+        return int(row[0])
+
+    # -- archives --------------------------------------------------------------------------
+
+    def archived(self, kind: str) -> list[ArchiveRow]:
+        return [
+            ArchiveRow(k, i, p, u, _dt(a), _dt(c), _dt(f), _dt(t), e)
+            for k, i, p, u, a, c, f, t, e in self.db.execute(
+                "SELECT kind, id, path, url, at, completed, from_, until, extra FROM archive "
+                "WHERE kind = ? ORDER BY id",
+                (kind,),
+            )
+        ]
+
+    def archive(
+        self,
+        kind: str,
+        path: str,
+        url: str,
+        *,
+        at: datetime | None = None,
+        completed: datetime | None = None,
+        from_: datetime | None = None,
+        until: datetime | None = None,
+        extra: str | None = None,
+    ) -> int:
+        cur = self.db.execute(
+            "INSERT INTO archive (kind, path, url, at, completed, from_, until, extra) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (kind, path, url, _ts(at), _ts(completed), _ts(from_), _ts(until), extra),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def forget(self, row_id: int) -> None:
+        self.db.execute("DELETE FROM archive WHERE id = ?", (row_id,))
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")

@@ -1,0 +1,393 @@
+"""publish: trees of files → a complete, evolving, valid ResourceSync document tree."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import zipfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from resync.sitemap import Sitemap
+
+from resourcesync.cli import main
+from resourcesync.errors import ResourceSyncError
+from resourcesync.sitemap import Mapping, Resolver, iter_entries, read_document, validate
+from resourcesync.source.config import PublishConfig, SetConfig, load_config
+from resourcesync.source.publish import publish
+
+BASE = "http://example.org/data/"
+DOCS = "http://example.org/"
+
+
+class Clock:
+    """A clock the tests move by hand (microsecond steps in between, as a real one would)."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(microseconds=7)
+        return self.now
+
+
+def make_tree(root: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+
+def config(tmp_path: Path, **kw: object) -> PublishConfig:
+    set_kw = {"name": "set1", "dir": tmp_path / "data", "base_url": BASE}
+    set_kw.update({k: v for k, v in kw.items() if k in SetConfig.__dataclass_fields__})
+    return PublishConfig(
+        out=tmp_path / "out",
+        sets=[SetConfig(**set_kw)],  # type: ignore[arg-type]
+        spec_version=str(kw.get("spec_version", "1.1")),
+    )
+
+
+def resolver(tmp_path: Path) -> Resolver:
+    return Resolver([Mapping(DOCS, tmp_path / "out")])
+
+
+def check_valid(tmp_path: Path) -> None:
+    report = validate(
+        [tmp_path / "out" / ".well-known" / "resourcesync"],
+        follow=True,
+        resolver=resolver(tmp_path),
+    )
+    assert report.ok, [str(f) for f in report.findings + report.unreadable]
+    assert not report.warnings, [str(f) for f in report.warnings]
+
+
+def changes(tmp_path: Path) -> list[tuple[str, str]]:
+    entries = iter_entries(
+        tmp_path / "out" / "set1" / "changelist.xml", resolver=resolver(tmp_path)
+    )
+    return [(e.change or "", e.loc.removeprefix(BASE)) for e in entries]
+
+
+FILES = {
+    "a.txt": b"alpha",
+    "b/c.html": b"<p>c</p>",
+    "b/d.json": b'{"d": 1}',
+    "a-b.txt": b"order matters",
+    "東京/駅 1.txt": "日本".encode(),
+}
+
+
+def test_first_run_publishes_a_valid_tree_with_every_file(tmp_path: Path) -> None:
+    make_tree(tmp_path / "data", FILES)
+    result = publish(config(tmp_path), clock=Clock())
+    (s,) = result.sets
+    assert (s.scan.created, s.scan.baseline) == (5, True)
+    check_valid(tmp_path)
+    doc, entries = read_document(tmp_path / "out" / "set1" / "resourcelist.xml")
+    assert doc.at is not None and doc.completed is not None and doc.completed >= doc.at
+    by_uri = {e.loc: e for e in entries}
+    assert sorted(by_uri) == sorted(
+        [
+            BASE + "a.txt",
+            BASE + "a-b.txt",
+            BASE + "b/c.html",
+            BASE + "b/d.json",
+            BASE + "%E6%9D%B1%E4%BA%AC/%E9%A7%85%201.txt",
+        ]
+    )
+    for rel, data in FILES.items():
+        uri = BASE + "/".join(__import__("urllib.parse").parse.quote(p) for p in rel.split("/"))
+        e = by_uri[uri]
+        assert e.length == len(data)
+        assert e.hashes == {"md5": hashlib.md5(data).hexdigest()}
+    assert by_uri[BASE + "b/c.html"].type == "text/html"
+    # The baseline lists nothing as changed: the Resource List is the starting point.
+    assert changes(tmp_path) == []
+    # resync 2.0.1 reads what we wrote.
+    with open(tmp_path / "out" / "set1" / "resourcelist.xml", "rb") as f:
+        parsed = Sitemap().parse_xml(fh=f)
+    assert len(list(parsed)) == 5
+    published = json.loads((tmp_path / "out" / ".resourcesync" / "published.json").read_text())
+    assert published["sets"][0]["resources"] == 5
+    assert {d["capability"] for d in published["sets"][0]["documents"]} >= {
+        "resourcelist",
+        "changelist",
+    }
+
+
+def test_edits_creates_deletes_renames_and_touches(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    make_tree(data, FILES)
+    clock = Clock()
+    cfg = config(tmp_path)
+    publish(cfg, clock=clock)
+    (data / "a.txt").write_bytes(b"alpha, edited")  # edit
+    (data / "b" / "d.json").unlink()  # delete
+    (data / "new.txt").write_bytes(b"new")  # create
+    os.rename(data / "b" / "c.html", data / "b" / "renamed.html")  # rename
+    os.utime(data / "a-b.txt", (1, 1))  # touch: same bytes, other mtime
+    content = (data / "東京" / "駅 1.txt").read_bytes()
+    (data / "東京" / "駅 1.txt").unlink()
+    (data / "東京" / "駅 1.txt").write_bytes(content)  # copied back: new inode and mtime
+    result = publish(cfg, clock=clock)
+    scan = result.sets[0].scan
+    assert (scan.created, scan.updated, scan.deleted, scan.touched) == (2, 1, 2, 2)
+    got = changes(tmp_path)
+    assert sorted(got) == sorted(
+        [
+            ("updated", "a.txt"),
+            ("deleted", "b/c.html"),
+            ("deleted", "b/d.json"),
+            ("created", "b/renamed.html"),
+            ("created", "new.txt"),
+        ]
+    )
+    check_valid(tmp_path)
+    _, entries = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+    times = [e.datetime for e in entries]
+    assert all(t is not None for t in times)
+    assert times == sorted(times) and len(set(times)) == len(times)  # strictly increasing
+    updated = next(e for e in entries if e.change == "updated")
+    assert updated.hashes == {"md5": hashlib.md5(b"alpha, edited").hexdigest()}
+    assert updated.length == len(b"alpha, edited")
+    # A re-run with nothing changed reads no file and finds nothing.
+    again = publish(cfg, clock=clock).sets[0]
+    assert (again.scan.changes, again.scan.rehashed) == (0, 0)
+    assert changes(tmp_path) == got
+    # The earlier Resource List is in the archive, with its time.
+    archive, archived = read_document(tmp_path / "out" / "set1" / "resourcelist-archive.xml")
+    assert archive.capability == "resourcelist-archive" and len(archived) == 1
+    assert archived[0].at is not None
+
+
+def test_change_lists_rotate_into_an_index_and_the_archive(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    make_tree(data, {"seed.txt": b"0"})
+    clock = Clock()
+    cfg = config(tmp_path, changelist_max_entries=3)
+    publish(cfg, clock=clock)
+    expected = []
+    for round_ in range(3):
+        for i in range(3):
+            name = f"r{round_}-{i}.txt"
+            (data / name).write_bytes(name.encode())
+            expected.append(("created", name))
+        publish(cfg, clock=clock)
+    (data / "last.txt").write_bytes(b"x")
+    expected.append(("created", "last.txt"))
+    result = publish(cfg, clock=clock)
+    assert result.sets[0].rotated >= 1
+    index, lists = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+    assert index.index and index.capability == "changelist"
+    assert len(lists) == 4
+    assert all(e.until is not None for e in lists[:-1]) and lists[-1].until is None
+    for before, after in zip(lists, lists[1:], strict=False):
+        assert before.until == after.from_  # no gaps, no overlaps
+    assert changes(tmp_path) == expected  # nothing lost, nothing twice, in order
+    _, archived = read_document(tmp_path / "out" / "set1" / "changelist-archive.xml")
+    assert [a.loc for a in archived] == [e.loc for e in lists[:-1]]
+    check_valid(tmp_path)
+
+
+def test_change_lists_also_close_after_a_period(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    make_tree(data, {"seed.txt": b"0"})
+    clock = Clock()
+    cfg = config(tmp_path, changelist_max_age=3600.0)
+    publish(cfg, clock=clock)
+    (data / "one.txt").write_bytes(b"1")
+    publish(cfg, clock=clock)
+    clock.now += timedelta(hours=2)
+    (data / "two.txt").write_bytes(b"2")
+    result = publish(cfg, clock=clock)
+    assert result.sets[0].rotated == 1
+    index, lists = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+    assert index.index and len(lists) == 2
+    first, _ = read_document(tmp_path / "out" / "set1" / lists[0].loc.removeprefix(DOCS + "set1/"))
+    assert first.until == lists[0].until == lists[1].from_
+    assert changes(tmp_path) == [("created", "one.txt"), ("created", "two.txt")]
+    check_valid(tmp_path)
+
+
+def _zip_matches_manifest(zip_path: Path, manifest_path: Path) -> list[str]:
+    with zipfile.ZipFile(zip_path) as zf:
+        inside = zf.read("manifest.xml")
+        assert inside == manifest_path.read_bytes()  # the published copy is the same
+        doc, entries = read_document(inside)
+        paths = []
+        for e in entries:
+            if e.path is None:
+                assert e.change == "deleted"
+                continue
+            assert e.path.startswith("/")
+            data = zf.read(e.path[1:])
+            assert len(data) == e.length
+            assert hashlib.md5(data).hexdigest() == e.hashes["md5"]
+            paths.append(e.path)
+        names = set(zf.namelist())
+        assert names == {"manifest.xml", *(p[1:] for p in paths)}
+    return paths
+
+
+def test_resource_dump_packages_match_their_manifests(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    files = {f"f{i:02d}.bin": os.urandom(3000) for i in range(10)}
+    make_tree(data, files)
+    cfg = config(
+        tmp_path, capabilities=("resourcelist", "changelist", "resourcedump"), package_size=10_000
+    )
+    publish(cfg, clock=Clock())
+    dump, packages = read_document(tmp_path / "out" / "set1" / "resourcedump.xml")
+    assert dump.at is not None and len(packages) == 4  # 3 files of 3,000 bytes each a package
+    all_paths = []
+    for p in packages:
+        assert p.type == "application/zip"
+        rel = p.loc.removeprefix(DOCS)
+        zpath = tmp_path / "out" / rel
+        assert zpath.stat().st_size == p.length
+        contents = p.link("contents")
+        assert contents is not None
+        all_paths += _zip_matches_manifest(
+            zpath, tmp_path / "out" / contents.href.removeprefix(DOCS)
+        )
+    assert sorted(all_paths) == sorted(f"/resources/{n}" for n in files)
+    check_valid(tmp_path)
+
+
+def test_change_dumps_package_each_runs_changes(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    make_tree(data, {"keep.txt": b"k", "gone.txt": b"g", "edit.txt": b"e"})
+    clock = Clock()
+    cfg = config(tmp_path, capabilities=("resourcelist", "changelist", "changedump"))
+    publish(cfg, clock=clock)
+    (data / "gone.txt").unlink()
+    (data / "edit.txt").write_bytes(b"edited")
+    (data / "added.txt").write_bytes(b"added")
+    publish(cfg, clock=clock)
+    doc, packages = read_document(tmp_path / "out" / "set1" / "changedump.xml")
+    assert doc.capability == "changedump" and len(packages) == 1
+    (package,) = packages
+    assert package.from_ is not None and package.until is not None
+    manifest_url = package.link("contents").href  # type: ignore[union-attr]
+    zpath = tmp_path / "out" / package.loc.removeprefix(DOCS)
+    mpath = tmp_path / "out" / manifest_url.removeprefix(DOCS)
+    paths = _zip_matches_manifest(zpath, mpath)
+    assert sorted(paths) == ["/resources/added.txt", "/resources/edit.txt"]
+    manifest, entries = read_document(mpath)
+    assert manifest.capability == "changedump-manifest"
+    assert sorted((e.change, e.loc.removeprefix(BASE)) for e in entries) == [
+        ("created", "added.txt"),
+        ("deleted", "gone.txt"),
+        ("updated", "edit.txt"),
+    ]
+    assert all(package.from_ <= e.datetime <= package.until for e in entries)  # type: ignore[operator]
+    check_valid(tmp_path)
+
+
+def test_dry_run_writes_nothing(tmp_path: Path) -> None:
+    make_tree(tmp_path / "data", FILES)
+    result = publish(config(tmp_path), dry_run=True, clock=Clock())
+    assert result.sets[0].scan.created == 5
+    assert not (tmp_path / "out").exists()
+    cfg = config(tmp_path)
+    publish(cfg, clock=Clock())
+    before = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    (tmp_path / "data" / "a.txt").write_bytes(b"changed")
+    dry = publish(cfg, dry_run=True, clock=Clock())
+    assert dry.sets[0].scan.updated == 1
+    after = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    assert after == before
+    assert publish(cfg, clock=Clock()).sets[0].scan.updated == 1  # still there to find
+
+
+def test_version_10_puts_change_times_in_lastmod(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    make_tree(data, {"a.txt": b"a"})
+    cfg = config(tmp_path, spec_version="1.0")
+    publish(cfg, clock=Clock())
+    (data / "a.txt").write_bytes(b"b")
+    publish(cfg, clock=Clock())
+    text = (tmp_path / "out" / "set1" / "changelist.xml").read_text()
+    assert "datetime=" not in text and "<lastmod>" in text
+    check_valid(tmp_path)
+
+
+def test_several_sets_from_a_config_file(tmp_path: Path) -> None:
+    make_tree(tmp_path / "articles", {"one.html": b"1"})
+    make_tree(tmp_path / "datasets", {"two.csv": b"2"})
+    (tmp_path / "resourcesync.toml").write_text(
+        'out = "public"\n'
+        'describedby = "http://example.org/about.html"\n'
+        "[[set]]\n"
+        'name = "articles"\ndir = "articles"\nbase_url = "http://example.org/a/"\n'
+        "[[set]]\n"
+        'name = "datasets"\ndir = "datasets"\nbase_url = "http://example.org/d/"\n'
+        'hashes = ["md5", "sha-256"]\nmax_size = "10M"\n'
+    )
+    cfg = load_config(tmp_path / "resourcesync.toml")
+    publish(cfg, clock=Clock())
+    desc, caps = read_document(tmp_path / "public" / ".well-known" / "resourcesync")
+    assert desc.link("describedby") is not None
+    assert [c.loc for c in caps] == [
+        "http://example.org/articles/capabilitylist.xml",
+        "http://example.org/datasets/capabilitylist.xml",
+    ]
+    _, (entry,) = read_document(tmp_path / "public" / "datasets" / "resourcelist.xml")
+    assert set(entry.hashes) == {"md5", "sha-256"}
+    report = validate(
+        [tmp_path / "public" / ".well-known" / "resourcesync"],
+        follow=True,
+        resolver=Resolver([Mapping(DOCS, tmp_path / "public")]),
+    )
+    assert report.ok and len(report.documents) == 1 + 2 * 5
+
+
+def test_excludes_symlinks_and_our_own_output_are_not_published(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    make_tree(data, {"keep.txt": b"k", "skip.tmp": b"t", ".git/config": b"g"})
+    (data / "link.txt").symlink_to(tmp_path / "outside.txt")
+    (tmp_path / "outside.txt").write_bytes(b"secret")
+    cfg = PublishConfig(
+        out=data / "public",  # the output inside the published tree is never published
+        sets=[SetConfig("set1", data, BASE, exclude=("*.tmp", ".git"))],
+        docs_url="http://example.org/docs/",
+    )
+    publish(cfg, clock=Clock())
+    publish(cfg, clock=Clock())
+    _, entries = read_document(data / "public" / "set1" / "resourcelist.xml")
+    assert [e.loc for e in entries] == [BASE + "keep.txt"]
+
+
+def test_documents_and_resources_never_share_urls(tmp_path: Path) -> None:
+    make_tree(tmp_path / "data", {"set1/capabilitylist.xml": b"mine"})
+    cfg = PublishConfig(
+        out=tmp_path / "out",
+        sets=[SetConfig("set1", tmp_path / "data", "http://example.org/")],
+    )
+    with pytest.raises(ResourceSyncError, match="choose another --name"):
+        publish(cfg)
+
+
+def test_cli_publish_json_and_errors(tmp_path: Path) -> None:
+    make_tree(tmp_path / "data", FILES)
+    runner = CliRunner()
+    args = ["publish", str(tmp_path / "data"), "--base-url", BASE, "--out", str(tmp_path / "out")]
+    result = runner.invoke(main, [*args, "--json", "--hash", "md5,sha-256"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["sets"][0]["created"] == 5 and summary["dry_run"] is False
+    _, entries = read_document(tmp_path / "out" / "resourcesync" / "resourcelist.xml")
+    assert all(set(e.hashes) == {"md5", "sha-256"} for e in entries)
+    missing = runner.invoke(
+        main, ["publish", str(tmp_path / "nope"), "--base-url", BASE, "--out", str(tmp_path / "o2")]
+    )
+    assert missing.exit_code == 2
+    assert "nope" in missing.stderr and "Traceback" not in missing.output
+    bad = runner.invoke(main, [*args, "--capabilities", "resourcelist,everything"])
+    assert bad.exit_code == 2 and "everything" in bad.output
+    assert not io.StringIO(result.stderr).read().count("Traceback")
