@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import os
 import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from click.testing import CliRunner
@@ -101,7 +103,7 @@ def test_first_run_publishes_a_valid_tree_with_every_file(tmp_path: Path) -> Non
         ]
     )
     for rel, data in FILES.items():
-        uri = BASE + "/".join(__import__("urllib.parse").parse.quote(p) for p in rel.split("/"))
+        uri = BASE + "/".join(quote(p) for p in rel.split("/"))
         e = by_uri[uri]
         assert e.length == len(data)
         assert e.hashes == {"md5": hashlib.md5(data).hexdigest()}
@@ -186,7 +188,7 @@ def test_change_lists_rotate_into_an_index_and_the_archive(tmp_path: Path) -> No
     assert index.index and index.capability == "changelist"
     assert len(lists) == 4
     assert all(e.until is not None for e in lists[:-1]) and lists[-1].until is None
-    for before, after in zip(lists, lists[1:], strict=False):
+    for before, after in itertools.pairwise(lists):
         assert before.until == after.from_  # no gaps, no overlaps
     assert changes(tmp_path) == expected  # nothing lost, nothing twice, in order
     _, archived = read_document(tmp_path / "out" / "set1" / "changelist-archive.xml")
@@ -218,7 +220,7 @@ def _zip_matches_manifest(zip_path: Path, manifest_path: Path) -> list[str]:
     with zipfile.ZipFile(zip_path) as zf:
         inside = zf.read("manifest.xml")
         assert inside == manifest_path.read_bytes()  # the published copy is the same
-        doc, entries = read_document(inside)
+        _, entries = read_document(inside)
         paths = []
         for e in entries:
             if e.path is None:
