@@ -24,6 +24,8 @@ File names inside OUTDIR/<set>/:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -156,8 +158,39 @@ def publish(
     """Publish every set of the Source once. `inventories` replaces the directory scan of the
     named sets (a database, a feed: see `inventory.Inventory`)."""
     started = time.monotonic()
-    out = config.out
     _check_clashes(config)
+    if dry_run:
+        return _publish(config, dry_run, inventories, progress, clock, started)
+    with _run_lock(config.state):
+        return _publish(config, dry_run, inventories, progress, clock, started)
+
+
+@contextlib.contextmanager
+def _run_lock(state_dir: Path) -> Iterator[None]:
+    """One publication at a time per OUTDIR (a second one stops at once, saying why)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / "publish.lock", "a+b") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ResourceSyncError(
+                "another publish is running for this output", source=str(state_dir)
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _publish(
+    config: PublishConfig,
+    dry_run: bool,
+    inventories: dict[str, Inventory] | None,
+    progress: Progress | None,
+    clock: Callable[[], datetime] | None,
+    started: float,
+) -> PublishResult:
+    out = config.out
     results: list[SetResult] = []
     set_docs: dict[str, list[DocumentInfo]] = {}
     recent: dict[str, list[dict[str, str]]] = {}
@@ -208,6 +241,8 @@ def publish(
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     if not dry_run:
+        _remove_leftovers(config.out / ".well-known")
+        _remove_leftovers(config.state)
         _write_description(config)
         _write_published(config, set_docs, recent, counts, clock)
         for s in config.sets:
@@ -314,6 +349,7 @@ class _SetPublisher:
 
     def run(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(self.dir)
         caps = self.s.capabilities
         entries: list[Resource] = []
         if "resourcelist" in caps:
@@ -734,6 +770,16 @@ class _SetPublisher:
                 yield PackageItem(
                     key=key, entry=res, open=self._opener(key), length=res.length or 0
                 )
+
+
+_LEFTOVERS = (".*.tmp", ".*.staged", ".*.staged.relink")
+
+
+def _remove_leftovers(directory: Path) -> None:
+    """Temporary files of a run that was killed (they are never served: dot files)."""
+    for pattern in _LEFTOVERS:
+        for p in directory.rglob(pattern):
+            p.unlink(missing_ok=True)
 
 
 def _check_clashes(config: PublishConfig) -> None:

@@ -1,0 +1,5 @@
+"""`python -m resourcesync` runs the command line."""
+
+from .cli import main
+
+main()
