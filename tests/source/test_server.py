@@ -6,15 +6,19 @@ The published tree is written here by hand (documents with the codec's writer, a
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import hashlib
 import http.client
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +33,8 @@ import pytest
 
 from resourcesync.model import Document, Link, Resource
 from resourcesync.sitemap import read_document, write_document
+from resourcesync.source.config import PublishConfig, SetConfig
+from resourcesync.source.publish import publish
 from resourcesync.source.server import create_app, parse_ranges
 from resourcesync.w3cdt import format_w3c
 from tests.servers import serve
@@ -715,3 +721,131 @@ def test_parse_ranges_unit() -> None:
     assert parse_ranges("bytes=0-3,2-5", 10) == [(0, 6)]
     assert parse_ranges("BYTES = 0-1", 10) is not None
     assert parse_ranges("bytes=0-1-2", 10) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# With the real `publish`, and the commands
+
+
+def _publish_config(data: Path, out: Path, base: str) -> PublishConfig:
+    return PublishConfig(
+        out=out,
+        sets=[SetConfig(name="rs", dir=data, base_url=f"{base}/data/")],
+    )
+
+
+def test_resync_against_a_real_publication(tmp_path: Path) -> None:
+    data, out, dest, work = (tmp_path / n for n in ("data", "out", "dest", "work"))
+    (data / "sub").mkdir(parents=True)
+    work.mkdir()
+    (data / "a.txt").write_bytes(b"first")
+    (data / "sub" / "b.bin").write_bytes(BIG)
+    out.mkdir()
+    with serve(create_app(out)) as base:
+        config = _publish_config(data, out, base)
+        publish(config)
+        mapping = f"{base}/data={dest}"
+        _resync(work, "--baseline", mapping)
+        _same_tree(data, dest)
+        assert "not in sync" not in _resync(work, "--audit", mapping).lower()
+
+        (data / "a.txt").write_bytes(b"second version")
+        (data / "sub" / "c.txt").write_bytes(b"created")
+        assert publish(config).changes == 2
+        # The Change List is beside the Capability List, not under the resources' URL.
+        changelist = f"{base}/rs/changelist.xml"
+        _resync(work, "--incremental", f"--changelist-uri={changelist}", mapping)
+        _same_tree(data, dest)
+        assert "not in sync" not in _resync(work, "--audit", mapping).lower()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _command(*args: str) -> Iterator[subprocess.Popen[str]]:
+    code = "import sys; from resourcesync.cli.serve import serve, source; " + (
+        "{'serve': serve, 'source': source}[sys.argv[1]](sys.argv[2:])"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args, "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_for(url: str, proc: subprocess.Popen[str], timeout: float = 15) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return httpx.get(url, timeout=2)
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                out, err = proc.communicate(timeout=5)
+                raise AssertionError(f"server did not answer: {out}{err}") from None
+            time.sleep(0.05)
+
+
+def test_serve_command(tmp_path: Path) -> None:
+    t = _populate(tmp_path)
+    port = _free_port()
+    t.base = f"http://127.0.0.1:{port}"
+    t.publish()
+    with _command("serve", str(t.out), "--port", str(port)) as proc:
+        r = _wait_for(t.base + "/.well-known/resourcesync", proc)
+        assert r.status_code == 200 and b'capability="description"' in r.content
+        assert httpx.get(t.url_of("a.txt")).headers["link"] == (
+            f'<{t.caplist_url}>; rel="resourcesync"'
+        )
+        assert httpx.get(t.base + "/articles/.hidden").status_code == 404
+    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+
+
+def test_serve_command_refuses_a_missing_outdir(tmp_path: Path) -> None:
+    with _command("serve", str(tmp_path / "nope")) as proc:
+        proc.wait(timeout=10)
+    assert proc.returncode == 2
+    assert "not a directory" in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_source_command_publishes_serves_and_republishes(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "a.txt").write_bytes(b"hello")
+    (site / ".git").mkdir()
+    (site / ".git" / "config").write_bytes(SECRET)
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    with _command("source", str(site), "--port", str(port), "--quiet-time", "0.1") as proc:
+        r = _wait_for(base + "/robots.txt", proc)
+        sitemap = re.findall(r"(?m)^Sitemap: (\S+)$", r.text)
+        assert sitemap == [f"{base}/resourcesync/resourcelist.xml"]
+        _, listed = read_document(sitemap[0])
+        assert [e.loc for e in listed] == [f"{base}/site/a.txt"]
+        assert httpx.get(f"{base}/site/a.txt").content == b"hello"
+        assert httpx.get(f"{base}/site/.git/config").status_code == 404
+
+        (site / "b.txt").write_bytes(b"new")
+        deadline = time.monotonic() + 15
+        while True:
+            _, changes = read_document(f"{base}/resourcesync/changelist.xml")
+            if changes or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert [(c.loc, c.change) for c in changes] == [(f"{base}/site/b.txt", "created")]
+        assert httpx.get(f"{base}/site/b.txt").content == b"new"
+    assert (tmp_path / "site-resourcesync" / ".well-known" / "resourcesync").is_file()
+    assert proc.returncode == 0

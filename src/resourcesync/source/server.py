@@ -39,12 +39,12 @@ import mimetypes
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 from secrets import token_hex
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 import anyio
@@ -55,7 +55,10 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .config import DESCRIPTION_PATH, PUBLISHED_FILE, STATE_DIR
+from .config import DESCRIPTION_PATH, PUBLISHED_FILE, STATE_DIR, PublishConfig
+
+if TYPE_CHECKING:
+    from .publish import PublishResult
 
 __all__ = [
     "FileSend",
@@ -65,6 +68,7 @@ __all__ = [
     "Site",
     "create_app",
     "load_publication",
+    "republish_on_change",
 ]
 
 log = logging.getLogger(__name__)
@@ -255,6 +259,9 @@ class Site:
     resources: Mapping[str | None, Path] = field(default_factory=dict)
     robots: Path | None = None
     listing: bool = False
+    #: Serve hidden names (`.x`) from the sets' directories (never from OUTDIR, whose hidden
+    #: files are state and temporaries).
+    hidden: bool = False
 
     def __post_init__(self) -> None:
         self.outdir_real = os.path.realpath(self.outdir)
@@ -313,9 +320,11 @@ class Site:
             if tuple(segments[:n]) != root.prefix:
                 continue
             rel = list(segments[n:])
-            if any(seg.startswith(".") for seg in rel) and not (
-                root.kind == "docs" and rel[:1] == [".well-known"] and len(rel) == 2
-            ):
+            if root.kind == "docs":
+                hidden_ok = rel[:1] == [".well-known"] and len(rel) == 2
+            else:
+                hidden_ok = self.hidden
+            if not hidden_ok and any(seg.startswith(".") for seg in rel):
                 continue
             real = os.path.realpath(os.path.join(root.dir, *rel))
             if not _within(real, root.dir) or _within(real, self.state_real):
@@ -658,7 +667,8 @@ def _set_section(s: PublishedSet, heading: str) -> Iterator[str]:
         name = d.path.rsplit("/", 1)[-1] + (" (index)" if d.index else "")
         span = ""
         if d.from_ or d.until:
-            span = f'<br><span class="muted">from {_time(d.from_)} until {_time(d.until)}</span>'
+            ends = [f"{w} {_time(t)}" for w, t in (("from", d.from_), ("until", d.until)) if t]
+            span = f'<br><span class="muted">{" ".join(ends)}</span>'
         yield (
             f"<tr><td>{_a(d.url, name)}</td><td>{html.escape(d.capability)}</td>"
             f"<td>{_time(d.at)}{span}</td><td>{_time(d.completed)}</td>"
@@ -845,18 +855,21 @@ def create_app(
     resources: Mapping[str | None, str | os.PathLike[str]] | None = None,
     robots: str | os.PathLike[str] | None = None,
     listing: bool = False,
+    hidden: bool = False,
 ) -> Starlette:
     """The ASGI app serving OUTDIR (as `publish` wrote it) and the resources of its sets.
 
     `resources` overrides a set's directory by name (`None`: the only set, or `/` before any
     publication); `robots` is a file of robots.txt rules (default `OUTDIR/.resourcesync/
-    robots.txt`); `listing` lists directories that have no page of their own.
+    robots.txt`); `listing` lists directories that have no page of their own; `hidden` serves
+    hidden names (`.x`) from the sets' directories.
     """
     site = Site(
         Path(outdir),
         resources={k: Path(v) for k, v in (resources or {}).items()},
         robots=Path(robots) if robots is not None else None,
         listing=listing,
+        hidden=hidden,
     )
     site.refresh()
     ep = _Endpoints(site)
@@ -880,3 +893,51 @@ def describe(app: Starlette) -> dict[str, Any]:
         "published_at": pub.published_at,
         "sets": [{"name": r.set.name, "dir": r.dir} for r in site.roots if r.set is not None],
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# A Source that keeps itself published: watch the sets' directories, publish after changes
+
+
+class _Event(Protocol):
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> Any: ...
+
+
+async def republish_on_change(
+    config: PublishConfig,
+    report: Callable[[PublishResult | Exception], None],
+    *,
+    quiet: float = 1.0,
+    stop_event: _Event | None = None,
+) -> None:
+    """Publish `config` again whenever its sets' directories change, once the changes have
+    paused for `quiet` seconds (a burst of writes is one publication; a steady stream is
+    published at least every 10 × `quiet`). Runs until `stop_event` is set.
+
+    One publication at a time, in a worker thread (the server keeps answering); changes made
+    meanwhile are picked up by the next one. `report` gets each result, or the error of a
+    publication that failed (the last good publication stays served).
+    """
+    from watchfiles import DefaultFilter, awatch
+
+    from ..errors import ResourceSyncError
+    from .publish import publish
+
+    dirs = [s.dir for s in config.sets]
+    ignore = [str(config.out.resolve()), str(config.state.resolve())]
+    step = max(int(quiet * 1000), 10)
+    async for _changes in awatch(
+        *dirs,
+        watch_filter=DefaultFilter(ignore_paths=ignore),
+        step=step,
+        debounce=max(10 * step, 1600),
+        stop_event=stop_event,
+    ):
+        try:
+            result = await anyio.to_thread.run_sync(lambda: publish(config))
+        except (ResourceSyncError, OSError) as exc:
+            report(exc)
+        else:
+            report(result)
