@@ -36,6 +36,7 @@ __all__ = [
     "DocumentWriter",
     "Part",
     "SplitResult",
+    "entry_xml",
     "write_document",
     "write_split",
 ]
@@ -192,31 +193,44 @@ class _Serializer:
         changetime = res.datetime
         if self.v10 and changetime is not None:
             lastmod, changetime = changetime, None
-        out = [f"  <{tag}{self.names.attrs(res.attrs, what)}>\n    <loc>{_text(loc, what)}</loc>\n"]
+        head = self.names.attrs(res.attrs, what) if res.attrs else ""
+        out = [f"  <{tag}{head}>\n    <loc>{_text(loc, what)}</loc>\n"]
         if lastmod is not None:
             out.append(f"    <lastmod>{format_w3c(lastmod)}</lastmod>\n")
         if res.changefreq is not None:
             out.append(f"    <changefreq>{_text(res.changefreq, what)}</changefreq>\n")
         if res.priority is not None:
             out.append(f"    <priority>{res.priority!r}</priority>\n")
-        md = self.md(
-            (
-                ("capability", res.capability),
-                ("change", res.change),
-                ("datetime", changetime),
-                ("hash", res.hashes),
-                ("length", res.length),
-                ("type", res.type),
-                ("encoding", res.encoding),
-                ("path", res.path),
-                ("at", res.at),
-                ("completed", res.completed),
-                ("from", res.from_),
-                ("until", res.until),
-            ),
-            res.md_extra,
-            what,
-        )
+        # Attribute by attribute (this runs once per entry of every list we write).
+        attrs: list[str] = []
+        add = attrs.append
+        if res.capability is not None:
+            add(f' capability="{_attr(res.capability, what)}"')
+        if res.change is not None:
+            add(f' change="{_attr(res.change, what)}"')
+        if changetime is not None:
+            add(f' datetime="{format_w3c(changetime)}"')
+        if res.hashes:
+            add(f' hash="{_attr(format_hashes(res.hashes), what)}"')
+        if res.length is not None:
+            add(f' length="{res.length:d}"')
+        if res.type is not None:
+            add(f' type="{_attr(res.type, what)}"')
+        if res.encoding is not None:
+            add(f' encoding="{_attr(res.encoding, what)}"')
+        if res.path is not None:
+            add(f' path="{_attr(res.path, what)}"')
+        if res.at is not None:
+            add(f' at="{format_w3c(res.at)}"')
+        if res.completed is not None:
+            add(f' completed="{format_w3c(res.completed)}"')
+        if res.from_ is not None:
+            add(f' from="{format_w3c(res.from_)}"')
+        if res.until is not None:
+            add(f' until="{format_w3c(res.until)}"')
+        if res.md_extra:
+            add(self.names.attrs(res.md_extra, what))
+        md = "".join(attrs)
         if md:
             out.append(f"    <rs:md{md}/>\n")
         for ln in res.links:
@@ -225,6 +239,16 @@ class _Serializer:
             out.append(f"    {ext}\n")
         out.append(f"  </{tag}>\n")
         return "".join(out)
+
+
+def entry_xml(resource: Resource, *, index: bool = False, spec_version: str = "1.1") -> bytes:
+    """One entry serialized as the writer writes it (in a document without extra namespaces):
+    kept by publishers that write the same entries again and again, and handed back to
+    `write_split` as bytes."""
+    return _Serializer(_PLAIN, spec_version).entry(resource, index).encode("utf-8")
+
+
+_PLAIN = Document()
 
 
 class DocumentWriter:
@@ -359,7 +383,7 @@ def write_split(
     path: str | os.PathLike[str],
     url: str,
     document: Document,
-    resources: Iterable[Resource],
+    resources: Iterable[Resource | bytes],
     *,
     max_entries: int = DEFAULT_MAX_ENTRIES,
     max_bytes: int = DEFAULT_MAX_BYTES,
@@ -372,8 +396,9 @@ def write_split(
     50,000 entries and 50 MB by default) the entries go into numbered parts next to it
     (`name-00001.xml`, …), each with `<rs:ln rel="index">` back to a `sitemapindex` written at
     `path`; the index lists the parts with their `at`/`completed` (resource documents) or
-    `from`/`until` (change documents). Parts are renamed into place before the index, and parts
-    left over from a longer earlier version are removed after it.
+    `from`/`until` (change documents). Entries may be given already serialized (`entry_xml`),
+    as bytes, for documents other than change documents. Parts are renamed into place before
+    the index, and parts left over from a longer earlier version are removed after it.
     """
     if max_entries < 1 or max_bytes < 1024:
         raise ValueError("max_entries must be ≥ 1 and max_bytes ≥ 1024")
@@ -429,7 +454,12 @@ def write_split(
     try:
         writer = open_part(1)
         for res in resources:
-            data = writer.entry_bytes(res)
+            if isinstance(res, bytes):
+                if changes:
+                    raise ValueError("change documents are split by their entries' times")
+                data = res
+            else:
+                data = writer.entry_bytes(res)
             if writer.count and (
                 writer.count >= max_entries
                 or writer.bytes + len(data) + writer.footer_bytes > max_bytes
@@ -438,7 +468,7 @@ def write_split(
                 writer = open_part(len(parts) + 1)
             writer.write_bytes(data)
             total += 1
-            if changes and res.change_time is not None:
+            if changes and isinstance(res, Resource) and res.change_time is not None:
                 last_time = res.change_time
         if not parts:
             # Everything fits: one plain document with the document's own header, no index.

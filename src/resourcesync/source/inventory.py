@@ -20,6 +20,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import quote
@@ -37,10 +38,19 @@ _TYPES.add_type("application/x-lirs", ".lirs")
 _SAFE = "/-._~!$&'()*+,;=:@"
 
 
+_BY_SUFFIX: dict[str, str] = {}
+
+
 def guess_type(name: str) -> str:
     """The media type for a file name (`application/octet-stream` when unknown)."""
-    kind, _ = _TYPES.guess_type(name, strict=False)
-    return kind or "application/octet-stream"
+    dot = name.rfind(".")
+    suffix = name[dot:].lower() if dot > 0 else ""
+    kind = _BY_SUFFIX.get(suffix)
+    if kind is None:
+        kind = _TYPES.guess_type("x" + suffix, strict=False)[0] or "application/octet-stream"
+        if len(_BY_SUFFIX) < 4096:
+            _BY_SUFFIX[suffix] = kind
+    return kind
 
 
 def path_to_uri(base_url: str, relpath: str) -> str:
@@ -51,20 +61,26 @@ def path_to_uri(base_url: str, relpath: str) -> str:
 
 @dataclass(slots=True)
 class Item:
-    """One resource as the inventory sees it now."""
+    """One resource as the inventory sees it now. `lastmod` may be left out when `mtime_ns`
+    is given (it is then worked out only for the items that changed)."""
 
     key: str
     uri: str
     fingerprint: str
-    lastmod: datetime
     length: int
     type: str | None
     open: Callable[[], BinaryIO]
+    lastmod: datetime | None = None
+    mtime_ns: int = 0
     #: Known digests ({algorithm: hex}); when given for every configured algorithm, the bytes
     #: are not read to hash them.
     hashes: dict[str, str] = field(default_factory=dict)
-    #: The file behind the item, when there is one (dump packages read it directly).
-    path: Path | None = None
+
+    def modified(self) -> datetime:
+        """The resource's last modification time."""
+        if self.lastmod is None:
+            self.lastmod = _from_ns(self.mtime_ns)
+        return self.lastmod
 
 
 class Inventory(Protocol):
@@ -120,6 +136,7 @@ class DirectoryInventory:
         return any(fnmatch.fnmatchcase(rel, p) for p in self.exclude)
 
     def _walk(self, directory: str, prefix: str) -> Iterator[Item]:
+        # The hot loop of every run: a stat per file and as little else as possible.
         try:
             with os.scandir(directory) as it:
                 entries = list(it)
@@ -128,29 +145,65 @@ class DirectoryInventory:
             return
         # Sorting a directory's names with "/" after the names of sub-directories makes the
         # depth-first walk produce relative paths in plain string order ("a-b" < "a/x").
+        follow = self.follow_symlinks
         keyed = []
         for entry in entries:
             try:
-                is_link = entry.is_symlink()
-                is_dir = entry.is_dir(follow_symlinks=self.follow_symlinks)
+                is_dir = entry.is_dir(follow_symlinks=follow)
             except OSError:
                 continue
-            keyed.append((entry.name + "/" if is_dir else entry.name, entry, is_link, is_dir))
-        keyed.sort(key=lambda k: k[0])
-        for _, entry, is_link, is_dir in keyed:
-            rel = prefix + entry.name
-            if is_link and not self._link_inside(entry.path):
-                self.stats.skipped_links += 1
+            keyed.append((entry.name + "/" if is_dir else entry.name, is_dir, entry))
+        keyed.sort(key=_first)
+        try:
+            uri_prefix = path_to_uri(self.base_url, prefix)
+        except UnicodeEncodeError:
+            self.stats.skipped_names.append(_printable(prefix))
+            return
+        filtering = bool(self.exclude or self.include)
+        stats = self.stats
+        for _, is_dir, entry in keyed:
+            name = entry.name
+            rel = prefix + name
+            if entry.is_symlink() and not self._link_inside(entry.path):
+                stats.skipped_links += 1
                 continue
             if is_dir:
-                if os.path.realpath(entry.path) in self._skip or self._excluded(rel):
-                    self.stats.excluded += 0 if os.path.realpath(entry.path) in self._skip else 1
+                real = os.path.realpath(entry.path)
+                if real in self._skip:
+                    continue
+                if self._excluded(rel):
+                    stats.excluded += 1
                     continue
                 yield from self._walk(entry.path, rel + "/")
                 continue
-            item = self._item(entry, rel)
-            if item is not None:
-                yield item
+            if filtering and (
+                self._excluded(rel)
+                or (self.include and not any(fnmatch.fnmatchcase(rel, p) for p in self.include))
+            ):
+                stats.excluded += 1
+                continue
+            try:
+                st = entry.stat(follow_symlinks=follow)
+            except OSError as exc:
+                stats.unreadable.append(f"{rel}: {exc.strerror}")
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            try:
+                uri = uri_prefix + quote(name, safe=_SAFE, encoding="utf-8", errors="strict")
+            except UnicodeEncodeError:
+                stats.skipped_names.append(_printable(rel))
+                continue
+            stats.files += 1
+            yield Item(
+                key=rel,
+                uri=uri,
+                fingerprint=f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}",
+                length=st.st_size,
+                type=guess_type(name),
+                open=partial(_open_binary, entry.path),
+                mtime_ns=st.st_mtime_ns,
+            )
 
     def _link_inside(self, path: str) -> bool:
         if not self.follow_symlinks:
@@ -158,38 +211,17 @@ class DirectoryInventory:
         real = os.path.realpath(path)
         return real == self._real_root or real.startswith(self._real_root + os.sep)
 
-    def _item(self, entry: os.DirEntry[str], rel: str) -> Item | None:
-        if self._excluded(rel) or (
-            self.include and not any(fnmatch.fnmatchcase(rel, p) for p in self.include)
-        ):
-            self.stats.excluded += 1
-            return None
-        try:
-            st = entry.stat(follow_symlinks=self.follow_symlinks)
-        except OSError as exc:
-            self.stats.unreadable.append(f"{rel}: {exc.strerror}")
-            return None
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        try:
-            uri = path_to_uri(self.base_url, rel)
-        except UnicodeEncodeError:
-            self.stats.skipped_names.append(
-                rel.encode("utf-8", "surrogateescape").decode("latin-1")
-            )
-            return None
-        self.stats.files += 1
-        path = entry.path
-        return Item(
-            key=rel,
-            uri=uri,
-            fingerprint=f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}",
-            lastmod=_from_ns(st.st_mtime_ns),
-            length=st.st_size,
-            type=guess_type(entry.name),
-            open=lambda: open(path, "rb"),
-            path=Path(path),
-        )
+
+def _open_binary(path: str) -> BinaryIO:
+    return open(path, "rb")
+
+
+def _first(k: tuple[str, bool, os.DirEntry[str]]) -> str:
+    return k[0]
+
+
+def _printable(rel: str) -> str:
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _from_ns(ns: int) -> datetime:

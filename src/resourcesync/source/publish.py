@@ -40,7 +40,7 @@ from typing import Any
 from ..atomic import AtomicFile
 from ..errors import ResourceSyncError
 from ..model import Capability, Document, Link, Resource
-from ..sitemap import Mapping, Resolver, iter_entries, write_document, write_split
+from ..sitemap import write_document, write_split
 from ..w3cdt import format_w3c, parse_w3c
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, PublishConfig, SetConfig
 from .inventory import DirectoryInventory, Inventory, ScanStats
@@ -137,6 +137,17 @@ class PublishResult:
             "changes": self.changes,
             "sets": [s.to_json() for s in self.sets],
         }
+
+
+def _link_into_place(source: Path, target: Path) -> None:
+    """Make `target` the same file as `source`, atomically (a copy where links are refused)."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
 
 
 def _stamp(t: datetime) -> str:
@@ -324,7 +335,9 @@ class _SetPublisher:
             )
         )
 
-    def split(self, name: str, doc: Document, entries: Iterator[Resource]) -> tuple[bool, int]:
+    def split(
+        self, name: str, doc: Document, entries: Iterator[Resource] | Iterator[bytes]
+    ) -> tuple[bool, int]:
         result = write_split(
             self.path(name),
             self.link_url(name),
@@ -396,67 +409,50 @@ class _SetPublisher:
     # -- Resource List (§10) and its archive -------------------------------------------------
 
     def resourcelist(self) -> None:
+        """Each Resource List is written once, in a folder of its own (`resourcelists/<at>/`,
+        parts beside it); `resourcelist.xml` is a hard link to the newest, and the archive lists
+        the earlier ones, which stay where they were written. Nothing is copied to archive it.
+        The entries were serialized when their resources last changed (state `xml`)."""
         state = self.state
         live = self.path("resourcelist.xml")
-        archive_link = Link(rel="archives", href=self.link_url("resourcelist-archive.xml"))
         if self.redo or not live.exists():
-            previous_at = state.get("rl_at")
-            if previous_at and live.exists() and self.s.keep_resourcelists > 0:
-                self._archive_resourcelist(live, previous_at)
             at = self.scan.started
             completed = self.scan.completed
+            name = f"resourcelists/{_stamp(at)}/resourcelist.xml"
             doc = self.doc(
                 Capability.RESOURCELIST,
                 at=at,
                 completed=completed,
-                links=[self.up, archive_link],
+                links=[
+                    self.up,
+                    Link(rel="archives", href=self.link_url("resourcelist-archive.xml")),
+                ],
             )
-            index, count = self.split("resourcelist.xml", doc, state.resources())
-            state.put("rl_at", format_w3c(at))
-            state.put("rl_completed", format_w3c(completed))
-            state.put("rl_index", "1" if index else "0")
-            state.put("rl_count", str(count))
-        rl_at, rl_completed = state.get("rl_at"), state.get("rl_completed")
-        assert rl_at is not None
-        live_doc = self.doc(
-            Capability.RESOURCELIST,
-            at=parse_w3c(rl_at),
-            completed=parse_w3c(rl_completed) if rl_completed else None,
-        )
+            index, count = self.split(name, doc, state.resource_xml())
+            _link_into_place(self.path(name), live)
+            state.archive(
+                "resourcelist",
+                name,
+                self.link_url(name),
+                at=at,
+                completed=completed,
+                extra=json.dumps({"index": index, "entries": count}),
+            )
+            self._prune("resourcelist", self.s.keep_resourcelists + 1)
+        rows = state.archived("resourcelist")
+        current = rows[-1]
+        extra = json.loads(current.extra or "{}")
         self.note(
             "resourcelist",
             "resourcelist.xml",
-            live_doc,
-            int(state.get("rl_count") or 0),
-            index=state.get("rl_index") == "1",
+            self.doc(Capability.RESOURCELIST, at=current.at, completed=current.completed),
+            int(extra.get("entries", 0)),
+            index=bool(extra.get("index")),
         )
-        self._archive_document("resourcelist", "resourcelist-archive.xml", by="at")
-
-    def _archive_resourcelist(self, live: Path, previous_at: str) -> None:
-        """Keep the Resource List being replaced, under a name of its own."""
-        state = self.state
-        at = parse_w3c(previous_at)
-        completed_text = state.get("rl_completed")
-        completed = parse_w3c(completed_text) if completed_text else None
-        name = f"archive/resourcelist-{_stamp(at)}.xml"
-        target = self.path(name)
-        if state.get("rl_index") == "1":
-            # An index over parts: the parts name the live index, so the copy is written anew.
-            resolver = Resolver([Mapping(self.url, self.dir)])
-            doc = self.doc(Capability.RESOURCELIST, at=at, completed=completed, links=[self.up])
-            self.split(name, doc, iter_entries(live, resolver=resolver))
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.tmp")
-            try:
-                os.link(live, tmp)
-            except OSError:
-                shutil.copyfile(live, tmp)
-            os.replace(tmp, target)
-        state.archive(
-            "resourcelist", _rel(target, self.dir), self.link_url(name), at=at, completed=completed
-        )
-        self._prune("resourcelist", self.s.keep_resourcelists)
+        earlier = [Resource(loc=r.url, at=r.at, completed=r.completed) for r in rows[:-1]]
+        doc = self.doc(Capability.RESOURCELIST_ARCHIVE, links=[self.up])
+        index, n = self.split("resourcelist-archive.xml", doc, iter(earlier))
+        self.note("resourcelist-archive", "resourcelist-archive.xml", doc, n, index=index)
 
     def _prune(self, kind: str, keep: int) -> None:
         rows = self.state.archived(kind)
@@ -465,14 +461,10 @@ class _SetPublisher:
             self._remove(self.dir / row.path)
 
     def _remove(self, path: Path) -> None:
-        """Remove an archived document (and its parts) or a package directory."""
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-            return
-        path.unlink(missing_ok=True)
-        stem = path.name.rsplit(".", 1)[0]
-        for part in path.parent.glob(f"{stem}-[0-9][0-9][0-9][0-9][0-9].xml"):
-            part.unlink(missing_ok=True)
+        """Remove an earlier document's folder (with its parts), or a package folder."""
+        folder = path if path.is_dir() else path.parent
+        if folder != self.dir and self.dir in folder.parents:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _archive_document(self, kind: str, name: str, *, by: str) -> None:
         """Write the archive of `kind` (Archives §3–§6), in chronological order."""

@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import ResourceSyncError
 from ..hashing import MultiHasher, format_hashes, parse_hashes
 from ..model import Resource
+from ..sitemap.write import entry_xml
 from ..w3cdt import format_w3c, parse_w3c
 from .inventory import Item
 
@@ -39,7 +40,8 @@ CREATE TABLE IF NOT EXISTS resources (
     lastmod TEXT NOT NULL,
     length INTEGER NOT NULL,
     type TEXT,
-    hashes TEXT NOT NULL
+    hashes TEXT NOT NULL,
+    xml BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS changes (
     seq INTEGER PRIMARY KEY,
@@ -88,6 +90,20 @@ TICK = timedelta(microseconds=1)
 
 class StateError(ResourceSyncError):
     """The state database cannot be used (locked by another run, newer format, corrupt)."""
+
+
+def _xml(row: tuple[Any, ...]) -> bytes:
+    """The Resource List entry of a snapshot row, serialized once when the row changes."""
+    _, uri, _, lastmod, length, kind, hashes = row
+    return entry_xml(
+        Resource(
+            loc=uri,
+            lastmod=parse_w3c(lastmod),
+            length=length,
+            type=kind,
+            hashes=parse_hashes(hashes),
+        )
+    )
 
 
 def _dt(text: str | None) -> datetime | None:
@@ -288,8 +304,8 @@ class SetState:
             if pending_upserts:
                 self.db.executemany(
                     "INSERT OR REPLACE INTO resources (key, uri, fingerprint, lastmod, length, "
-                    "type, hashes) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    pending_upserts,
+                    "type, hashes, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(*row, _xml(row)) for row in pending_upserts],
                 )
                 pending_upserts.clear()
             if pending_deletes:
@@ -331,11 +347,13 @@ class SetState:
             if old is not None and old[0] == key:
                 _, old_uri, old_fp, old_lastmod, old_length, _, old_hashes = old
                 old = next(old_rows, None)
-                if old_fp == item.fingerprint and old_uri == item.uri:
-                    stored = parse_hashes(old_hashes)
-                    if all(a in stored for a in algorithms):
-                        result.unchanged += 1
-                        continue
+                if (
+                    old_fp == item.fingerprint
+                    and old_uri == item.uri
+                    and all(f"{a}:" in old_hashes for a in algorithms)
+                ):
+                    result.unchanged += 1
+                    continue
                 digests = self._digests(item, algorithms, result)
                 if digests is None:
                     continue
@@ -364,7 +382,7 @@ class SetState:
                     key,
                     item.uri,
                     item.fingerprint,
-                    format_w3c(item.lastmod),
+                    format_w3c(item.modified()),
                     length,
                     item.type,
                     format_hashes(hashes),
@@ -384,7 +402,7 @@ class SetState:
                     key,
                     item.uri,
                     item.fingerprint,
-                    format_w3c(item.lastmod),
+                    format_w3c(item.modified()),
                     length,
                     item.type,
                     format_hashes(hashes),
@@ -436,6 +454,11 @@ class SetState:
                 type=kind,
                 hashes=parse_hashes(hashes),
             )
+
+    def resource_xml(self) -> Iterator[bytes]:
+        """The snapshot's Resource List entries, serialized, in key order."""
+        for (xml,) in self.db.execute("SELECT xml FROM resources ORDER BY key"):
+            yield bytes(xml)
 
     def resource_rows(self) -> Iterator[tuple[str, str, str, int, str | None]]:
         """(key, uri, lastmod, length, type) in key order (for dump packages)."""
