@@ -393,3 +393,28 @@ def test_cli_publish_json_and_errors(tmp_path: Path) -> None:
     bad = runner.invoke(main, [*args, "--capabilities", "resourcelist,everything"])
     assert bad.exit_code == 2 and "everything" in bad.output
     assert not io.StringIO(result.stderr).read().count("Traceback")
+
+
+def test_a_new_base_url_is_every_resource_gone_and_come_again(tmp_path: Path) -> None:
+    make_tree(tmp_path / "data", {"a.txt": b"a", "b/c.txt": b"c"})
+    clock = Clock()
+    publish(config(tmp_path), clock=clock)
+    moved = PublishConfig(
+        out=tmp_path / "out",
+        sets=[SetConfig("set1", tmp_path / "data", "http://example.org/moved/")],
+        docs_url=DOCS,
+    )
+    scan = publish(moved, clock=clock).sets[0].scan
+    assert (scan.created, scan.deleted, scan.updated) == (2, 2, 0)
+    entries = iter_entries(
+        tmp_path / "out" / "set1" / "changelist.xml", resolver=resolver(tmp_path)
+    )
+    assert sorted((e.change, e.loc) for e in entries) == [
+        ("created", "http://example.org/moved/a.txt"),
+        ("created", "http://example.org/moved/b/c.txt"),
+        ("deleted", BASE + "a.txt"),
+        ("deleted", BASE + "b/c.txt"),
+    ]
+    # Re-running with the same base reads nothing again.
+    again = publish(moved, clock=clock).sets[0].scan
+    assert (again.changes, again.rehashed) == (0, 0)

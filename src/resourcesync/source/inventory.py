@@ -59,28 +59,74 @@ def path_to_uri(base_url: str, relpath: str) -> str:
     return base_url + quote(relpath, safe=_SAFE, encoding="utf-8", errors="strict")
 
 
-@dataclass(slots=True)
 class Item:
-    """One resource as the inventory sees it now. `lastmod` may be left out when `mtime_ns`
-    is given (it is then worked out only for the items that changed)."""
+    """One resource as the inventory sees it now.
 
-    key: str
-    uri: str
-    fingerprint: str
-    length: int
-    type: str | None
-    open: Callable[[], BinaryIO]
-    lastmod: datetime | None = None
-    mtime_ns: int = 0
-    #: Known digests ({algorithm: hex}); when given for every configured algorithm, the bytes
-    #: are not read to hash them.
-    hashes: dict[str, str] = field(default_factory=dict)
+    `uri`, `type` and `lastmod` may be given, or worked out on first use: from `uri_fn`, from
+    the key's file name, and from `mtime_ns`. A re-run reads them only for the items that
+    changed, which is most of what makes it fast.
+    """
+
+    __slots__ = (
+        "_lastmod",
+        "_type",
+        "_uri",
+        "fingerprint",
+        "hashes",
+        "key",
+        "length",
+        "mtime_ns",
+        "open",
+        "uri_fn",
+    )
+
+    def __init__(
+        self,
+        key: str,
+        fingerprint: str,
+        length: int,
+        open: Callable[[], BinaryIO],
+        *,
+        uri: str | None = None,
+        uri_fn: Callable[[], str] | None = None,
+        type: str | None = None,
+        lastmod: datetime | None = None,
+        mtime_ns: int = 0,
+        hashes: dict[str, str] | None = None,
+    ) -> None:
+        if uri is None and uri_fn is None:
+            raise ValueError("an Item needs uri or uri_fn")
+        self.key = key
+        self.fingerprint = fingerprint
+        self.length = length
+        self.open = open
+        self._uri = uri
+        self.uri_fn = uri_fn
+        self._type = type
+        self._lastmod = lastmod
+        self.mtime_ns = mtime_ns
+        #: Known digests ({algorithm: hex}); when given for every configured algorithm, the
+        #: bytes are not read to hash them.
+        self.hashes = hashes or {}
+
+    @property
+    def uri(self) -> str:
+        if self._uri is None:
+            assert self.uri_fn is not None
+            self._uri = self.uri_fn()
+        return self._uri
+
+    @property
+    def type(self) -> str:
+        if self._type is None:
+            self._type = guess_type(self.key.rpartition("/")[2])
+        return self._type
 
     def modified(self) -> datetime:
         """The resource's last modification time."""
-        if self.lastmod is None:
-            self.lastmod = _from_ns(self.mtime_ns)
-        return self.lastmod
+        if self._lastmod is None:
+            self._lastmod = _from_ns(self.mtime_ns)
+        return self._lastmod
 
 
 class Inventory(Protocol):
@@ -189,19 +235,16 @@ class DirectoryInventory:
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue
-            try:
-                uri = uri_prefix + quote(name, safe=_SAFE, encoding="utf-8", errors="strict")
-            except UnicodeEncodeError:
+            if not name.isascii() and not _encodable(name):
                 stats.skipped_names.append(_printable(rel))
                 continue
             stats.files += 1
             yield Item(
-                key=rel,
-                uri=uri,
-                fingerprint=f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}",
-                length=st.st_size,
-                type=guess_type(name),
-                open=partial(_open_binary, entry.path),
+                rel,
+                f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}",
+                st.st_size,
+                partial(_open_binary, entry.path),
+                uri_fn=partial(_file_uri, uri_prefix, name),
                 mtime_ns=st.st_mtime_ns,
             )
 
@@ -212,8 +255,20 @@ class DirectoryInventory:
         return real == self._real_root or real.startswith(self._real_root + os.sep)
 
 
+def _file_uri(prefix: str, name: str) -> str:
+    return prefix + quote(name, safe=_SAFE, encoding="utf-8", errors="strict")
+
+
 def _open_binary(path: str) -> BinaryIO:
     return open(path, "rb")
+
+
+def _encodable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _first(k: tuple[str, bool, os.DirEntry[str]]) -> str:

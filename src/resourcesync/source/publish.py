@@ -230,7 +230,13 @@ def _publish(
                 )
                 inventory = d
             step = (lambda n, name=s.name: progress(name, n)) if progress else None
-            scan = state.scan(inventory, s.hashes, dry_run=dry_run, progress=step)
+            scan = state.scan(
+                inventory,
+                s.hashes,
+                dry_run=dry_run,
+                progress=step,
+                uri_base=s.base_url if isinstance(inventory, DirectoryInventory) else None,
+            )
             if isinstance(inventory, DirectoryInventory):
                 stats = inventory.stats
             result = SetResult(s.name, scan, stats=stats)

@@ -224,8 +224,13 @@ class SetState:
         *,
         dry_run: bool = False,
         progress: Callable[[int], None] | None = None,
+        uri_base: str | None = None,
     ) -> ScanResult:
-        """Compare the inventory with the snapshot, record what changed, commit (unless dry)."""
+        """Compare the inventory with the snapshot, record what changed, commit (unless dry).
+
+        `uri_base`: the inventory makes every URI from its key and this base, so while the base
+        stays the same an unchanged item's URI need not be compared (nor even worked out).
+        """
         algorithms = tuple(algorithms)
         started = self._clock()
         run_row = self.db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM runs").fetchone()
@@ -245,7 +250,10 @@ class SetState:
                 "SELECT key, uri, fingerprint, lastmod, length, type, hashes "
                 "FROM resources ORDER BY key"
             )
-            self._merge(old_rows, inventory, algorithms, result, progress)
+            uris_stable = uri_base is not None and self.get("uri_base") == uri_base
+            self._merge(old_rows, inventory, algorithms, result, progress, uris_stable)
+            if uri_base is not None:
+                self.put("uri_base", uri_base)
             snapshot.execute("COMMIT")
             result.completed = self._clock()
             if result.changes:
@@ -286,6 +294,7 @@ class SetState:
         algorithms: tuple[str, ...],
         result: ScanResult,
         progress: Callable[[int], None] | None,
+        uris_stable: bool,
     ) -> None:
         journal = not result.baseline
         pending_changes: list[tuple[Any, ...]] = []
@@ -301,6 +310,10 @@ class SetState:
             return format_w3c(t)
 
         def flush() -> None:
+            # Deletions first: a key can be deleted (moved URI) and written again in one batch.
+            if pending_deletes:
+                self.db.executemany("DELETE FROM resources WHERE key = ?", pending_deletes)
+                pending_deletes.clear()
             if pending_upserts:
                 self.db.executemany(
                     "INSERT OR REPLACE INTO resources (key, uri, fingerprint, lastmod, length, "
@@ -308,9 +321,6 @@ class SetState:
                     [(*row, _xml(row)) for row in pending_upserts],
                 )
                 pending_upserts.clear()
-            if pending_deletes:
-                self.db.executemany("DELETE FROM resources WHERE key = ?", pending_deletes)
-                pending_deletes.clear()
             if pending_changes:
                 self.db.executemany(
                     "INSERT INTO changes (key, uri, change, datetime, lastmod, length, type, "
@@ -344,12 +354,17 @@ class SetState:
             count += 1
             if progress is not None and count % 1000 == 0:
                 progress(count)
+            if old is not None and old[0] == key and not uris_stable and old[1] != item.uri:
+                # The same key at another URI (the base URL moved): to a Destination that is a
+                # resource gone and another one come.
+                deleted(old)
+                old = next(old_rows, None)
             if old is not None and old[0] == key:
                 _, old_uri, old_fp, old_lastmod, old_length, _, old_hashes = old
                 old = next(old_rows, None)
                 if (
                     old_fp == item.fingerprint
-                    and old_uri == item.uri
+                    and (uris_stable or old_uri == item.uri)
                     and all(f"{a}:" in old_hashes for a in algorithms)
                 ):
                     result.unchanged += 1
@@ -362,7 +377,7 @@ class SetState:
                 same = length == old_length and all(
                     stored.get(a) == v for a, v in hashes.items() if a in stored
                 )
-                if same and old_uri == item.uri:
+                if same:
                     # Touched, copied back, or new algorithms: not a change.
                     result.touched += 1
                     pending_upserts.append(
