@@ -72,6 +72,7 @@ class Item:
         "_type",
         "_uri",
         "fingerprint",
+        "fspath",
         "hashes",
         "key",
         "length",
@@ -93,6 +94,7 @@ class Item:
         lastmod: datetime | None = None,
         mtime_ns: int = 0,
         hashes: dict[str, str] | None = None,
+        fspath: str | None = None,
     ) -> None:
         if uri is None and uri_fn is None:
             raise ValueError("an Item needs uri or uri_fn")
@@ -108,6 +110,8 @@ class Item:
         #: Known digests ({algorithm: hex}); when given for every configured algorithm, the
         #: bytes are not read to hash them.
         self.hashes = hashes or {}
+        #: The file behind the item, when there is one (read directly, without `open`).
+        self.fspath = fspath
 
     @property
     def uri(self) -> str:
@@ -246,6 +250,7 @@ class DirectoryInventory:
                 partial(_open_binary, entry.path),
                 uri_fn=partial(_file_uri, uri_prefix, name),
                 mtime_ns=st.st_mtime_ns,
+                fspath=entry.path,
             )
 
     def _link_inside(self, path: str) -> bool:

@@ -14,6 +14,7 @@ Change datetimes are distinct and strictly increasing within a set (microseconds
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -90,20 +91,6 @@ TICK = timedelta(microseconds=1)
 
 class StateError(ResourceSyncError):
     """The state database cannot be used (locked by another run, newer format, corrupt)."""
-
-
-def _xml(row: tuple[Any, ...]) -> bytes:
-    """The Resource List entry of a snapshot row, serialized once when the row changes."""
-    _, uri, _, lastmod, length, kind, hashes = row
-    return entry_xml(
-        Resource(
-            loc=uri,
-            lastmod=parse_w3c(lastmod),
-            length=length,
-            type=kind,
-            hashes=parse_hashes(hashes),
-        )
-    )
 
 
 def _dt(text: str | None) -> datetime | None:
@@ -318,7 +305,7 @@ class SetState:
                 self.db.executemany(
                     "INSERT OR REPLACE INTO resources (key, uri, fingerprint, lastmod, length, "
                     "type, hashes, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(*row, _xml(row)) for row in pending_upserts],
+                    pending_upserts,
                 )
                 pending_upserts.clear()
             if pending_changes:
@@ -328,6 +315,32 @@ class SetState:
                     pending_changes,
                 )
                 pending_changes.clear()
+
+        def upsert(
+            key: str,
+            uri: str,
+            fingerprint: str,
+            lastmod: datetime,
+            length: int,
+            kind: str | None,
+            hashes: dict[str, str],
+        ) -> tuple[Any, ...]:
+            # The Resource List entry is serialized here, once, while its values are at hand.
+            xml = entry_xml(
+                Resource(loc=uri, lastmod=lastmod, length=length, type=kind, hashes=hashes)
+            )
+            row = (
+                key,
+                uri,
+                fingerprint,
+                format_w3c(lastmod),
+                length,
+                kind,
+                format_hashes(hashes),
+                xml,
+            )
+            pending_upserts.append(row)
+            return row
 
         def deleted(row: tuple[Any, ...]) -> None:
             key, uri, _, lastmod, length, kind, hashes = row
@@ -380,32 +393,23 @@ class SetState:
                 if same:
                     # Touched, copied back, or new algorithms: not a change.
                     result.touched += 1
-                    pending_upserts.append(
-                        (
-                            key,
-                            item.uri,
-                            item.fingerprint,
-                            old_lastmod,
-                            length,
-                            item.type,
-                            format_hashes(hashes),
-                        )
+                    upsert(
+                        key,
+                        item.uri,
+                        item.fingerprint,
+                        parse_w3c(old_lastmod),
+                        length,
+                        item.type,
+                        hashes,
                     )
                     continue
                 result.updated += 1
-                row = (
-                    key,
-                    item.uri,
-                    item.fingerprint,
-                    format_w3c(item.modified()),
-                    length,
-                    item.type,
-                    format_hashes(hashes),
+                row = upsert(
+                    key, item.uri, item.fingerprint, item.modified(), length, item.type, hashes
                 )
-                pending_upserts.append(row)
                 if journal:
                     pending_changes.append(
-                        (key, item.uri, "updated", stamp(), *row[3:], result.run)
+                        (key, item.uri, "updated", stamp(), *row[3:7], result.run)
                     )
             else:
                 digests = self._digests(item, algorithms, result)
@@ -413,19 +417,12 @@ class SetState:
                     continue
                 length, hashes = digests
                 result.created += 1
-                row = (
-                    key,
-                    item.uri,
-                    item.fingerprint,
-                    format_w3c(item.modified()),
-                    length,
-                    item.type,
-                    format_hashes(hashes),
+                row = upsert(
+                    key, item.uri, item.fingerprint, item.modified(), length, item.type, hashes
                 )
-                pending_upserts.append(row)
                 if journal:
                     pending_changes.append(
-                        (key, item.uri, "created", stamp(), *row[3:], result.run)
+                        (key, item.uri, "created", stamp(), *row[3:7], result.run)
                     )
             if len(pending_upserts) >= 2000 or len(pending_changes) >= 2000:
                 flush()
@@ -445,9 +442,20 @@ class SetState:
         result.rehashed += 1
         hasher = MultiHasher(algorithms)
         try:
-            with item.open() as f:
-                while chunk := f.read(1 << 20):
-                    hasher.update(chunk)
+            if item.fspath is not None and item.length < (1 << 20):
+                # A small file in one read (and one more only if it grew meanwhile).
+                fd = os.open(item.fspath, os.O_RDONLY)
+                try:
+                    while chunk := os.read(fd, max(item.length + 1, 65536)):
+                        hasher.update(chunk)
+                        if len(chunk) <= item.length and hasher.length == item.length:
+                            break
+                finally:
+                    os.close(fd)
+            else:
+                with item.open() as f:
+                    while chunk := f.read(1 << 20):
+                        hasher.update(chunk)
         except OSError as exc:
             # Unreadable now (permissions, vanished): left as it was, reported, tried next run.
             result.problems.append(f"{item.key}: {exc.strerror or exc}")
