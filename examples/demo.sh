@@ -25,6 +25,26 @@ resourcesync validate examples/broken/xxe.xml
 echo "exit code: $?"
 set -e
 
+step "Publish the bundled resource tree (examples/resources) as a ResourceSync Source"
+work=$(mktemp -d)
+cp -r examples/resources "$work/resources"
+resourcesync publish "$work/resources" --base-url http://example.org/files/ --out "$work/public" \
+  --capabilities resourcelist,changelist,resourcedump,changedump --hash md5,sha-256
+resourcesync validate --follow "$work/public/.well-known/resourcesync" \
+  --map http://example.org/="$work/public"
+
+step "Change the tree (edit, add, delete, touch) and publish again: only the changes are listed"
+echo '<p>edited</p>' >> "$work/resources/articles/welcome.html"
+echo 'new' > "$work/resources/data/new.txt"
+rm "$work/resources/articles/notes.md"
+touch "$work/resources/data/people.csv"
+resourcesync publish "$work/resources" --base-url http://example.org/files/ --out "$work/public" \
+  --capabilities resourcelist,changelist,resourcedump,changedump --hash md5,sha-256 --json
+resourcesync cat "$work/public/resourcesync/changelist.xml"
+resourcesync validate --follow "$work/public/.well-known/resourcesync" \
+  --map http://example.org/="$work/public"
+rm -rf "$work"
+
 step "LIRS: an EUC-JP antenna feed (encoding detected), converted to a Change List and validated"
 resourcesync lirs cat examples/lirs/antenna.eucjp.lirs
 out=$(mktemp -d)
