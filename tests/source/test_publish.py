@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import zipfile
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
@@ -20,6 +21,7 @@ from resourcesync.cli import main
 from resourcesync.errors import ResourceSyncError
 from resourcesync.sitemap import Mapping, Resolver, iter_entries, read_document, validate
 from resourcesync.source.config import PublishConfig, SetConfig, load_config
+from resourcesync.source.inventory import Item
 from resourcesync.source.publish import publish
 
 BASE = "http://example.org/data/"
@@ -418,3 +420,43 @@ def test_a_new_base_url_is_every_resource_gone_and_come_again(tmp_path: Path) ->
     # Re-running with the same base reads nothing again.
     again = publish(moved, clock=clock).sets[0].scan
     assert (again.changes, again.rehashed) == (0, 0)
+
+
+def test_any_sorted_inventory_can_be_a_source(tmp_path: Path) -> None:
+    """A database table as the README shows it: only changed fingerprints are read."""
+    reads: list[str] = []
+    table = {f"rec{i:03d}": (1, f"<r>{i}</r>".encode()) for i in range(5)}
+
+    def inventory() -> Iterator[Item]:
+        for key in sorted(table):
+            version, body = table[key]
+
+            def opener(key: str = key, body: bytes = body) -> io.BytesIO:
+                reads.append(key)
+                return io.BytesIO(body)
+
+            yield Item(
+                key=key,
+                fingerprint=str(version),
+                length=len(body),
+                uri=f"http://example.org/items/{key}",
+                type="application/xml",
+                lastmod=datetime(2026, 1, 1, tzinfo=UTC),
+                open=opener,
+            )
+
+    cfg = PublishConfig(
+        out=tmp_path / "out",
+        sets=[SetConfig("records", tmp_path, "http://example.org/items/")],
+    )
+    clock = Clock()
+    publish(cfg, inventories={"records": inventory()}, clock=clock)
+    assert len(reads) == 5
+    reads.clear()
+    table["rec002"] = (2, b"<r>changed</r>")
+    del table["rec004"]
+    scan = publish(cfg, inventories={"records": inventory()}, clock=clock).sets[0].scan
+    assert reads == ["rec002"]
+    assert (scan.updated, scan.deleted) == (1, 1)
+    with pytest.raises(ResourceSyncError, match="ascending key order"):
+        publish(cfg, inventories={"records": reversed(list(inventory()))}, clock=clock)
