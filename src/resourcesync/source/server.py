@@ -56,6 +56,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, STATE_DIR, PublishConfig
+from .inventory import guess_type
 
 if TYPE_CHECKING:
     from .publish import PublishResult
@@ -90,6 +91,7 @@ _COMPRESSED = {
     "compress": "application/x-compress",
     "br": "application/x-brotli",
 }
+_ENCODINGS = mimetypes.MimeTypes(filenames=())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,12 +380,13 @@ class Site:
 # One file, served from one descriptor: validators, conditional requests, ranges
 
 
-def media_type(path: str) -> str:
-    """The Content-Type of a file, by its name."""
-    guessed, encoding = mimetypes.guess_type(path, strict=False)
+def media_type(name: str) -> str:
+    """The Content-Type of a file, by its name: the type `publish` lists (`inventory`'s table,
+    the same on every machine), except that a compressed file is served as what it is."""
+    _, encoding = _ENCODINGS.guess_type(name, strict=False)
     if encoding is not None:
         return _COMPRESSED.get(encoding, "application/octet-stream")
-    return guessed or "application/octet-stream"
+    return guess_type(name)
 
 
 def etag_of(st: os.stat_result) -> str:
