@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -164,4 +163,3 @@ if __name__ == "__main__":
         f"{res['peak_mb_big']:.0f} MB at {n:,} files"
     )
     (OUT.parent / "bench_publish.json").write_text(json.dumps(res, indent=2))
-

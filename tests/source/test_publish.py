@@ -465,3 +465,13 @@ def test_any_sorted_inventory_can_be_a_source(tmp_path: Path) -> None:
     assert (scan.updated, scan.deleted) == (1, 1)
     with pytest.raises(ResourceSyncError, match="ascending key order"):
         publish(cfg, inventories={"records": reversed(list(inventory()))}, clock=clock)
+
+
+def test_hidden_files_are_published_only_when_asked(tmp_path: Path) -> None:
+    make_tree(tmp_path / "data", {"a.txt": b"a", ".env": b"secret", ".cache/x": b"x"})
+    publish(config(tmp_path), clock=Clock())
+    _, entries = read_document(tmp_path / "out" / "set1" / "resourcelist.xml")
+    assert [e.loc for e in entries] == [BASE + "a.txt"]
+    publish(config(tmp_path, hidden=True), clock=Clock())
+    _, entries = read_document(tmp_path / "out" / "set1" / "resourcelist.xml")
+    assert sorted(e.loc for e in entries) == [BASE + ".cache/x", BASE + ".env", BASE + "a.txt"]

@@ -8,6 +8,7 @@ from .. import __version__
 from .document import cat, validate
 from .lirs import antenna, lirs
 from .publish import publish
+from .serve import serve, source
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -23,6 +24,8 @@ def main() -> None:
 main.add_command(validate)
 main.add_command(cat)
 main.add_command(publish)
+main.add_command(serve)
+main.add_command(source)
 main.add_command(lirs)
 main.add_command(antenna)
 

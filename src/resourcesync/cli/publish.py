@@ -60,6 +60,7 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--include", multiple=True, help="Only files matching (fnmatch, repeatable)."),
         click.option("--exclude", multiple=True, help="Skip files/dirs matching (repeatable)."),
         click.option("--describedby", help="URL describing the set (rel=describedby)."),
+        click.option("--hidden", is_flag=True, help="Publish hidden files (.name) too."),
         click.option(
             "--max-entries",
             type=click.IntRange(min=1),
@@ -138,6 +139,7 @@ def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
             include=tuple(o.get("include") or ()),
             exclude=tuple(o.get("exclude") or ()),
             describedby=o.get("describedby"),
+            hidden=bool(o.get("hidden")),
             max_entries=o.get("max_entries") or 50_000,
             max_bytes=parse_size(o.get("max_size") or "50M"),
             changelist_max_entries=o.get("changelist_max_entries") or 10_000,

@@ -166,10 +166,8 @@ def source(
             resolved = directory.resolve()
             options["out"] = resolved.parent / f"{resolved.name}-resourcesync"
     config = config_from_options(directory, **options)
-    for s in config.sets:
-        # The server does not serve hidden names (.git, editors' temporaries): publishing
-        # them would list resources that answer 404.
-        s.exclude = (*s.exclude, ".*", "*/.*")
+    # Hidden names are published (--hidden) exactly when they are served.
+    hidden = any(s.hidden for s in config.sets)
     config.out.mkdir(parents=True, exist_ok=True)
 
     def report(outcome: Any) -> None:
@@ -188,7 +186,7 @@ def source(
                 click.echo(f"resourcesync: warning: {s.name}: {problem}", err=True)
 
     report(publish(config))
-    app = create_app(config.out, robots=robots, listing=listing)
+    app = create_app(config.out, robots=robots, listing=listing, hidden=hidden)
     server = _uvicorn(app, host, port, log_level)
     click.echo(
         f"resourcesync: serving {config.out} at {_where(host, port)}; "

@@ -106,6 +106,8 @@ class SetConfig:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     describedby: str | None = None
+    #: Publish hidden files and folders (names starting with a dot) too.
+    hidden: bool = False
     #: Split a list into an index over parts past these limits (the Sitemap limits).
     max_entries: int = 50_000
     max_bytes: int = 50 * 1024 * 1024

@@ -39,6 +39,8 @@ _SAFE = "/-._~!$&'()*+,;=:@"
 
 
 _BY_SUFFIX: dict[str, str] = {}
+# A compressed file is published as what it is (`a.tar.gz` is gzip data).
+_COMPRESSED = {"gzip": "application/gzip", "bzip2": "application/x-bzip2", "xz": "application/x-xz"}
 
 
 def guess_type(name: str) -> str:
@@ -47,7 +49,8 @@ def guess_type(name: str) -> str:
     suffix = name[dot:].lower() if dot > 0 else ""
     kind = _BY_SUFFIX.get(suffix)
     if kind is None:
-        kind = _TYPES.guess_type("x" + suffix, strict=False)[0] or "application/octet-stream"
+        guessed, encoding = _TYPES.guess_type("x" + suffix, strict=False)
+        kind = guessed or _COMPRESSED.get(encoding or "", "application/octet-stream")
         if len(_BY_SUFFIX) < 4096:
             _BY_SUFFIX[suffix] = kind
     return kind
@@ -152,9 +155,10 @@ class DirectoryInventory:
     """The regular files under `root`, in key order (the relative POSIX path).
 
     Symbolic links are skipped unless `follow_symlinks` (then only those that resolve inside
-    `root`). `exclude` patterns (fnmatch, on the relative path; a pattern matching a directory
-    prunes it) win over `include` patterns (when given, a file must match one). `skip` paths
-    (the output and state directories, when they lie inside `root`) are never scanned.
+    `root`); hidden names (`.git`, `.env`, editors' temporaries) unless `hidden`. `exclude`
+    patterns (fnmatch, on the relative path; a pattern matching a directory prunes it) win over
+    `include` patterns (when given, a file must match one). `skip` paths (the output and state
+    directories, when they lie inside `root`) are never scanned.
     """
 
     def __init__(
@@ -166,12 +170,14 @@ class DirectoryInventory:
         exclude: Iterable[str] = (),
         skip: Iterable[str | os.PathLike[str]] = (),
         follow_symlinks: bool = False,
+        hidden: bool = False,
     ) -> None:
         self.root = Path(root)
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.include = tuple(include)
         self.exclude = tuple(exclude)
         self.follow_symlinks = follow_symlinks
+        self.hidden = hidden
         self._skip = {os.path.realpath(p) for p in skip}
         self._real_root = os.path.realpath(self.root)
         self.stats = ScanStats()
@@ -196,8 +202,11 @@ class DirectoryInventory:
         # Sorting a directory's names with "/" after the names of sub-directories makes the
         # depth-first walk produce relative paths in plain string order ("a-b" < "a/x").
         follow = self.follow_symlinks
+        hidden = self.hidden
         keyed = []
         for entry in entries:
+            if not hidden and entry.name.startswith("."):
+                continue
             try:
                 is_dir = entry.is_dir(follow_symlinks=follow)
             except OSError:

@@ -227,6 +227,7 @@ def _publish(
                     include=s.include,
                     exclude=s.exclude,
                     skip=[out, config.state],
+                    hidden=s.hidden,
                 )
                 inventory = d
             step = (lambda n, name=s.name: progress(name, n)) if progress else None
