@@ -1,0 +1,723 @@
+"""The local tree of a Destination: the one place that turns a URI into a path and writes there.
+
+Everything the Destination writes goes through `Mirror`:
+
+- `Mirror.path_for` decides where a URI lands and refuses (`UnsafePath`) whatever could land
+  outside its mapping directory or in the state (`DEST/.resourcesync`). The rules:
+
+  * The URI must start with a mapping's prefix (the longest wins). Scheme and host compare
+    case-insensitively, and `:80` (http) / `:443` (https) equal no port. A URI with userinfo
+    (`user@host`), control characters or whitespace tabs/newlines anywhere is refused.
+  * The path after the prefix is split on "/" first, then each segment is percent-decoded
+    (UTF-8, strict). A segment that is `.` or `..` (raw or encoded), that decodes to something
+    holding "/" or "\\", that holds a raw "\\", NUL or another control character, that is empty
+    in the middle (`a//b`), or is longer than 255 bytes is refused; so is a path longer than
+    4096 bytes, and a name that looks like one of our temporary files (`.name.xxxxxxxx.part`).
+    Decoding happens once: `%252e%252e` is the plain name `%2e%2e`.
+  * A path ending in "/" (a directory page) maps to `…/index.html`, as wget does. A query is
+    kept in the file name as `name?query` (not decoded; a "/" in it becomes `%2F`); a fragment
+    is dropped.
+  * Existing parents are resolved: a symlink that would take the path out of its mapping
+    directory (or a mapping directory inside DEST that is itself a symlink out of DEST) is
+    refused, as is a file where a directory is needed or a directory where the file should be.
+
+- `Mirror.incoming` receives one resource into a temporary file `.<name>.<random>.part` beside
+  its target, checks its length and hashes, and only then renames it into place. A process
+  killed at any moment leaves the old file or the new one at the final name, never a part of
+  one; `Mirror.cleanup` removes the temporary files such a run leaves behind.
+
+- `Mirror.extract` unpacks a Resource Dump or Change Dump package member by member through
+  `incoming`, each to where its URI maps, with limits on size and compression ratio.
+
+With `dry_run`, nothing is created, replaced or removed; what would be written is still hashed
+and checked, so a dry run reports what a real one would.
+
+Synchronous by design: the async engine calls it between awaits, one chunk at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import stat
+import zipfile
+import zlib
+from collections import abc
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import SplitResult, urlsplit
+
+from ..errors import ResourceSyncError
+from ..hashing import ALGORITHMS, MultiHasher, hash_file
+from ..model import Change, Resource
+
+__all__ = [
+    "INDEX_NAME",
+    "STATE_DIR_NAME",
+    "Incoming",
+    "IntegrityError",
+    "Mapping",
+    "Mirror",
+    "UnsafePath",
+    "Written",
+]
+
+#: The directory under DEST that holds the Destination's state; nothing is mapped into it.
+STATE_DIR_NAME = ".resourcesync"
+#: The file name a URI ending in "/" maps to.
+INDEX_NAME = "index.html"
+
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 4096
+CHUNK = 1 << 20
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
+# Our temporary files: "." + name + "." + 8 random hex digits + ".part".
+_TEMP_RE = re.compile(r"\..+\.[0-9a-f]{8}\.part\Z", re.DOTALL)
+_TEMP_OVERHEAD = len("..12345678.part")
+
+
+class UnsafePath(ResourceSyncError):
+    """A URI (or ZIP member) that cannot be mapped to a local path safely; the message says why."""
+
+
+class IntegrityError(ResourceSyncError):
+    """Bytes received do not match the expected length or hash."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """URIs starting with `prefix` land under `directory`.
+
+    The prefix is normalized: scheme and host lower-cased, a default port dropped, a trailing
+    "/" added. A relative `directory` is taken relative to the Mirror's DEST.
+    """
+
+    prefix: str
+    directory: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix", _normalize_prefix(self.prefix))
+        object.__setattr__(self, "directory", Path(self.directory))
+
+
+@dataclass(slots=True)
+class Written:
+    """A resource received: where it is (or would be, in a dry run), its length and digests.
+
+    `hashes` holds every digest computed: md5 always, and every expected algorithm we know.
+    """
+
+    path: Path
+    length: int
+    hashes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Root:
+    mapping: Mapping
+    key: tuple[str, str, int]
+    segments: tuple[str, ...]
+    directory: Path  # absolute, lexical
+    inside_dest: bool
+
+
+def _normalize_prefix(prefix: str) -> str:
+    problem = _bad_chars(prefix, controls_only=True)
+    if problem:
+        raise ResourceSyncError(f"mapping prefix {problem}", source=prefix)
+    try:
+        parts = urlsplit(prefix)
+        port = parts.port
+    except ValueError as exc:
+        raise ResourceSyncError(f"mapping prefix is not a URI: {exc}", source=prefix) from None
+    if parts.scheme.lower() not in _DEFAULT_PORTS or not parts.hostname:
+        raise ResourceSyncError("mapping prefix must be an absolute http(s) URI", source=prefix)
+    if "@" in parts.netloc or parts.query or parts.fragment or "?" in prefix or "#" in prefix:
+        raise ResourceSyncError(
+            "mapping prefix must not have userinfo, a query or a fragment", source=prefix
+        )
+    scheme = parts.scheme.lower()
+    host = parts.hostname
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and port != _DEFAULT_PORTS[scheme]:
+        netloc += f":{port}"
+    path = parts.path or "/"
+    if not path.endswith("/"):
+        path += "/"
+    try:
+        segments = _decode_segments(path[1:-1].split("/")) if path != "/" else []
+    except UnsafePath as exc:
+        raise ResourceSyncError(f"mapping prefix: {exc.message}", source=prefix) from None
+    for seg in segments:
+        if seg in ("", ".", ".."):
+            raise ResourceSyncError(
+                "mapping prefix path must not have empty, '.' or '..' segments", source=prefix
+            )
+    return f"{scheme}://{netloc}{path}"
+
+
+def _authority(parts: SplitResult) -> tuple[str, str, int]:
+    """(scheme, host, port) with the default port filled in; raises ValueError on a bad port."""
+    scheme = parts.scheme.lower()
+    port = parts.port
+    return scheme, parts.hostname or "", port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def _bad_chars(text: str, *, controls_only: bool = False) -> str | None:
+    """Why `text` cannot be (part of) a file name, or None."""
+    for ch in text:
+        code = ord(ch)
+        if code == 0:
+            return "contains NUL"
+        if code < 0x20 or code == 0x7F or 0x80 <= code <= 0x9F:
+            return f"contains the control character {ch!r}"
+        if ch == "\\" and not controls_only:
+            return "contains a backslash"
+    return None
+
+
+def _decode_segments(raw_segments: Iterable[str]) -> list[str]:
+    """Percent-decode each segment once (UTF-8, strict)."""
+    out = []
+    for raw in raw_segments:
+        try:
+            data = raw.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UnsafePath(f"segment {raw!r} is not valid Unicode") from None
+        decoded = _PCT.sub(lambda m: bytes([int(m.group(1), 16)]), data)
+        if b"%" in _PCT.sub(b"", data):
+            raise UnsafePath(f"segment {raw!r} has a '%' that is not a percent-encoding")
+        try:
+            out.append(decoded.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise UnsafePath(f"segment {raw!r} does not decode as UTF-8") from None
+    return out
+
+
+def _is_within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _temp_prefix(name: str) -> str:
+    """'.' + name, cut (on a character boundary) so the temporary name fits in 255 bytes."""
+    data = name.encode("utf-8")[: MAX_NAME_BYTES - _TEMP_OVERHEAD]
+    return "." + data.decode("utf-8", errors="ignore")
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class Mirror:
+    """The local tree under `dest`, with URIs mapped into it by `mappings`.
+
+    When several mappings have the same prefix, the last one given wins (so a user's `--map`
+    overrides a default). A relative mapping directory is relative to `dest`.
+    """
+
+    def __init__(
+        self,
+        dest: Path,
+        mappings: Sequence[Mapping],
+        *,
+        fsync: bool = False,
+        dry_run: bool = False,
+    ) -> None:
+        self.dest = Path(dest).resolve()
+        self.state_dir = self.dest / STATE_DIR_NAME
+        self.fsync = fsync
+        self.dry_run = dry_run
+        by_prefix: dict[str, _Root] = {}
+        for mapping in mappings:
+            directory = Path(os.path.abspath(self.dest / mapping.directory))
+            if _is_within(str(directory), str(self.state_dir)):
+                raise ResourceSyncError(
+                    f"mapping directory {directory} lies in the state directory {self.state_dir}",
+                    source=mapping.prefix,
+                )
+            parts = urlsplit(mapping.prefix)
+            path = parts.path
+            segments = tuple(_decode_segments(path[1:-1].split("/"))) if path != "/" else ()
+            by_prefix[mapping.prefix] = _Root(
+                mapping=mapping,
+                key=_authority(parts),
+                segments=segments,
+                directory=directory,
+                inside_dest=_is_within(str(directory), str(self.dest)),
+            )
+        # Longest first: the first root that matches is the longest prefix.
+        self._roots = sorted(by_prefix.values(), key=lambda r: len(r.segments), reverse=True)
+
+    @property
+    def mappings(self) -> list[Mapping]:
+        return [r.mapping for r in self._roots]
+
+    # -- where a URI lands ------------------------------------------------------------------
+
+    def path_for(self, uri: str) -> Path:
+        """The absolute local path of `uri`; raises UnsafePath (see the module docstring)."""
+        return self._locate(uri)[0]
+
+    def relpath(self, uri: str) -> str:
+        """`path_for(uri)` relative to DEST in POSIX form (absolute when mapped outside DEST)."""
+        path = self.path_for(uri)
+        try:
+            return path.relative_to(self.dest).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+    def _locate(self, uri: str) -> tuple[Path, _Root]:
+        try:
+            return self._locate_unchecked(uri)
+        except UnsafePath as exc:
+            if exc.source is None:
+                exc.source = uri
+            raise
+
+    def _locate_unchecked(self, uri: str) -> tuple[Path, _Root]:
+        problem = _bad_chars(uri, controls_only=True)
+        if problem:
+            raise UnsafePath(f"URI {problem}")
+        try:
+            parts = urlsplit(uri)
+            key = _authority(parts) if parts.scheme.lower() in _DEFAULT_PORTS else None
+        except ValueError as exc:
+            raise UnsafePath(f"not a valid URI: {exc}") from None
+        if "@" in parts.netloc:
+            raise UnsafePath("URI has userinfo (user@host); refused")
+        uri_path = parts.path or "/"
+        if key is None or not uri_path.startswith("/"):
+            raise UnsafePath("no mapping covers this URI")
+        raw = uri_path.split("/")[1:]
+        decoded = _decode_segments(raw)
+        for root in self._roots:
+            n = len(root.segments)
+            if root.key == key and len(decoded) > n and tuple(decoded[:n]) == root.segments:
+                break
+        else:
+            raise UnsafePath("no mapping covers this URI")
+
+        rest, raw_rest = decoded[n:], raw[n:]
+        if rest[-1] == "":
+            rest[-1] = INDEX_NAME
+        for i, (seg, raw_seg) in enumerate(zip(rest, raw_rest, strict=True)):
+            if seg == "":
+                what = "a leading" if i == 0 else "an"
+                raise UnsafePath(f"{what} empty path segment (//)")
+            if seg in (".", ".."):
+                raise UnsafePath(f"path segment {raw_seg!r} is {seg!r}")
+            if "/" in seg:
+                raise UnsafePath(f"path segment {raw_seg!r} decodes to a name with '/'")
+            bad = _bad_chars(seg)
+            if bad:
+                raise UnsafePath(f"path segment {raw_seg!r} {bad}")
+        if parts.query:
+            if "\\" in parts.query:
+                raise UnsafePath("query contains a backslash")
+            rest[-1] += "?" + parts.query.replace("/", "%2F")
+        for seg in rest:
+            if len(seg.encode("utf-8")) > MAX_NAME_BYTES:
+                raise UnsafePath(f"a name is longer than {MAX_NAME_BYTES} bytes: {seg[:40]!r}…")
+        if _TEMP_RE.match(rest[-1]):
+            raise UnsafePath(f"name {rest[-1]!r} looks like a temporary file of ours")
+        if sum(len(s.encode("utf-8")) + 1 for s in rest) - 1 > MAX_PATH_BYTES:
+            raise UnsafePath(f"path is longer than {MAX_PATH_BYTES} bytes")
+
+        path = root.directory.joinpath(*rest)
+        if len(os.fsencode(path)) + _TEMP_OVERHEAD >= MAX_PATH_BYTES:
+            raise UnsafePath("local path would be too long for the file system")
+        self._check_location(path, root)
+        return path, root
+
+    def _check_location(self, path: Path, root: _Root) -> None:
+        """Refuse the state directory, symlinks out of the root, and file/directory conflicts."""
+        state = str(self.state_dir)
+        if _is_within(str(path), state):
+            raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
+        try:
+            # A file where a directory is needed, or a directory where the file should be.
+            current = root.directory
+            for seg in path.relative_to(root.directory).parts[:-1]:
+                current = current / seg
+                try:
+                    st = os.stat(current)
+                except FileNotFoundError:
+                    break
+                if not stat.S_ISDIR(st.st_mode):
+                    raise UnsafePath(f"{current} conflicts with an existing file")
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISDIR(os.stat(path).st_mode):
+                    raise UnsafePath(f"{path} conflicts with an existing directory")
+            root_real = os.path.realpath(root.directory)
+            real = os.path.realpath(path)
+            state_real = os.path.realpath(state)
+        except OSError as exc:
+            raise UnsafePath(f"cannot check {path}: {exc.strerror or exc}") from None
+        if root.inside_dest and not _is_within(root_real, str(self.dest)):
+            raise UnsafePath(
+                f"mapping directory {root.directory} is a symlink out of DEST (to {root_real})"
+            )
+        if not _is_within(real, root_real):
+            raise UnsafePath(f"a symlink would take {path} out of {root.directory} (to {real})")
+        if _is_within(real, state_real):
+            raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def incoming(
+        self,
+        uri: str,
+        *,
+        length: int | None = None,
+        hashes: abc.Mapping[str, str] | None = None,
+    ) -> Incoming:
+        """Start receiving `uri`; raises UnsafePath before anything is created."""
+        path, root = self._locate(uri)
+        return Incoming(self, uri, path, root, length=length, hashes=hashes)
+
+    def _make_parents(self, path: Path, root: _Root, uri: str) -> None:
+        """Create the missing directories between the root and `path` (fsync'd when asked)."""
+        missing = []
+        current = path.parent
+        while current != root.directory and not current.is_dir():
+            missing.append(current)
+            current = current.parent
+        directory = root.directory
+        try:
+            if not directory.is_dir():
+                os.makedirs(directory, exist_ok=True)
+            for directory in reversed(missing):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(directory)
+                    if self.fsync:
+                        _fsync_dir(directory.parent)
+        except OSError as exc:
+            raise ResourceSyncError(
+                f"cannot create {directory}: {exc.strerror or exc}", source=uri
+            ) from None
+        # Between the check and the mkdir a symlink could have appeared; look again.
+        self._check_location(path, root)
+
+    def delete(self, uri: str) -> bool:
+        """Remove the local copy of `uri` (never a directory) and the directories it leaves empty,
+        up to its mapping directory. False when there is nothing to remove. In a dry run nothing
+        is removed; the answer says whether something would be."""
+        path, root = self._locate(uri)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise ResourceSyncError(
+                f"cannot delete {path}: {exc.strerror or exc}", source=uri
+            ) from None
+        if stat.S_ISDIR(st.st_mode):  # pragma: no cover - _locate refuses directories
+            raise UnsafePath(f"{path} is a directory", source=uri)
+        if self.dry_run:
+            return True
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise ResourceSyncError(
+                f"cannot delete {path}: {exc.strerror or exc}", source=uri
+            ) from None
+        if self.fsync:
+            _fsync_dir(path.parent)
+        current = path.parent
+        while current != root.directory and _is_within(str(current), str(root.directory)):
+            try:
+                os.rmdir(current)
+            except OSError:
+                break
+            if self.fsync:
+                _fsync_dir(current.parent)
+            current = current.parent
+        return True
+
+    def local_digests(
+        self, uri: str, algorithms: Iterable[str]
+    ) -> tuple[int, dict[str, str]] | None:
+        """(length, {algorithm: hexdigest}) of the local copy of `uri`, None when absent.
+        Algorithms we do not know are left out."""
+        path = self.path_for(uri)
+        known = [a for a in dict.fromkeys(a.lower() for a in algorithms) if a in ALGORITHMS]
+        try:
+            return hash_file(path, known)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ResourceSyncError(
+                f"cannot read {path}: {exc.strerror or exc}", source=uri
+            ) from None
+
+    def cleanup(self) -> int:
+        """Remove the temporary files a killed run left under every mapping directory (the
+        state directory excepted); return how many there were. A dry run only counts them."""
+        count = 0
+        state = str(self.state_dir)
+        seen: set[str] = set()
+        for root in self._roots:
+            top = str(root.directory)
+            if top in seen or not os.path.isdir(top):
+                continue
+            seen.add(top)
+            for dirpath, dirnames, filenames in os.walk(top):
+                dirnames[:] = [
+                    d for d in dirnames if not _is_within(os.path.join(dirpath, d), state)
+                ]
+                for name in filenames:
+                    if _TEMP_RE.match(name):
+                        count += 1
+                        if not self.dry_run:
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(os.path.join(dirpath, name))
+        return count
+
+    # -- dump packages ----------------------------------------------------------------------
+
+    def extract(
+        self,
+        package: Path,
+        manifest: Iterable[Resource],
+        *,
+        max_ratio: float = 200.0,
+        max_entry_bytes: int = 4 * 1024**3,
+        ratio_floor: int = 1 << 20,
+    ) -> Iterator[tuple[Resource, Written | ResourceSyncError]]:
+        """Extract the members of a dump package that its manifest lists, each to where its URI
+        maps, checked against the manifest's length and hashes.
+
+        Yields (entry, Written) or (entry, the error) for every manifest entry with a `path`;
+        entries without one (deletions in a Change Dump manifest) and `deleted` entries are
+        skipped. A member is refused when its name is unsafe (`..`, absolute, backslash, NUL),
+        it is absent, encrypted or a directory, its declared size differs from the manifest's
+        length or exceeds `max_entry_bytes`, or its compression ratio exceeds `max_ratio`
+        (checked for members larger than `ratio_floor` bytes: a small file of spaces is no
+        bomb). A package that is not a readable ZIP raises ResourceSyncError.
+        """
+        try:
+            zf = zipfile.ZipFile(package)
+        except (OSError, zipfile.BadZipFile, ValueError) as exc:
+            raise ResourceSyncError(
+                f"not a readable ZIP package: {exc}", source=str(package)
+            ) from None
+        with zf:
+            for entry in manifest:
+                if entry.path is None or entry.change == Change.DELETED:
+                    continue
+                try:
+                    written = self._extract_one(
+                        zf, package, entry, entry.path, max_ratio, max_entry_bytes, ratio_floor
+                    )
+                except ResourceSyncError as exc:
+                    yield entry, exc
+                else:
+                    yield entry, written
+
+    def _extract_one(
+        self,
+        zf: zipfile.ZipFile,
+        package: Path,
+        entry: Resource,
+        member_path: str,
+        max_ratio: float,
+        max_entry_bytes: int,
+        ratio_floor: int,
+    ) -> Written:
+        name = member_path[1:] if member_path.startswith("/") else member_path
+
+        def refuse(why: str, cls: type[ResourceSyncError] = UnsafePath) -> ResourceSyncError:
+            return cls(f"{package.name} member {name!r}: {why}", source=entry.loc, entry=name)
+
+        if not name:
+            raise refuse("empty member name")
+        if name.startswith("/"):
+            raise refuse("absolute member name")
+        if "\\" in name:
+            raise refuse("member name contains a backslash")
+        if "\0" in name:
+            raise refuse("member name contains NUL")
+        if any(seg in ("", ".", "..") for seg in name.split("/")):
+            raise refuse("member name has an empty, '.' or '..' segment")
+        try:
+            info = zf.getinfo(name)
+        except KeyError:
+            raise refuse("absent from the package", ResourceSyncError) from None
+        if info.is_dir():
+            raise refuse("is a directory")
+        if info.flag_bits & 0x1:
+            raise refuse("is encrypted")
+        size = info.file_size
+        if entry.length is not None and size != entry.length:
+            raise refuse(f"declares {size} bytes, the manifest says {entry.length}", IntegrityError)
+        if size > max_entry_bytes:
+            raise refuse(f"{size} bytes exceeds the limit of {max_entry_bytes}")
+        if size > ratio_floor and size / max(info.compress_size, 1) > max_ratio:
+            raise refuse(
+                f"compression ratio {size / max(info.compress_size, 1):.0f} exceeds {max_ratio:g}"
+            )
+        with self.incoming(entry.loc, length=size, hashes=entry.hashes) as inc:
+            try:
+                with zf.open(info) as member:
+                    while chunk := member.read(CHUNK):
+                        if inc.received + len(chunk) > size:
+                            raise refuse(f"inflates past its declared {size} bytes", IntegrityError)
+                        inc.write(chunk)
+            except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError) as exc:
+                raise refuse(f"cannot be read: {exc}", IntegrityError) from None
+        assert inc.written is not None
+        return inc.written
+
+
+class Incoming:
+    """One resource being received into a temporary file beside its target.
+
+    A context manager: the block's normal end commits, an exception aborts. `written` holds
+    the result once committed.
+    """
+
+    def __init__(
+        self,
+        mirror: Mirror,
+        uri: str,
+        path: Path,
+        root: _Root,
+        *,
+        length: int | None = None,
+        hashes: abc.Mapping[str, str] | None = None,
+    ) -> None:
+        self.uri = uri
+        self.path = path
+        self.length = length
+        self.expected = {
+            algo.lower(): value
+            for algo, value in (hashes or {}).items()
+            if algo.lower() in ALGORITHMS
+        }
+        self.written: Written | None = None
+        self._fsync = mirror.fsync
+        self._hasher = MultiHasher(dict.fromkeys(["md5", *self.expected]))
+        self._done = False
+        self._file = None
+        self.tmp: Path | None = None
+        if mirror.dry_run:
+            return
+        mirror._make_parents(path, root, uri)
+        prefix = _temp_prefix(path.name)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        for _ in range(100):
+            tmp = path.with_name(f"{prefix}.{secrets.token_hex(4)}.part")
+            try:
+                fd = os.open(tmp, flags, 0o666)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise ResourceSyncError(
+                    f"cannot write {path}: {exc.strerror or exc}", source=uri
+                ) from None
+            break
+        else:  # pragma: no cover - 100 collisions of 32 random bits
+            raise ResourceSyncError(f"cannot create a temporary file beside {path}", source=uri)
+        self.tmp = tmp
+        self._file = os.fdopen(fd, "wb", buffering=CHUNK)
+
+    @property
+    def received(self) -> int:
+        """Bytes written so far."""
+        return self._hasher.length
+
+    def write(self, data: bytes) -> None:
+        """Add bytes; more than the expected length is an IntegrityError at once (and aborts)."""
+        if self._done:
+            raise ValueError(f"{self.uri}: write after commit or abort")
+        if self.length is not None and self._hasher.length + len(data) > self.length:
+            self.abort()
+            raise IntegrityError(
+                f"more than the expected {self.length} bytes arrived", source=self.uri
+            )
+        self._hasher.update(data)
+        if self._file is not None:
+            try:
+                self._file.write(data)
+            except OSError as exc:
+                self.abort()
+                raise ResourceSyncError(
+                    f"cannot write {self.path}: {exc.strerror or exc}", source=self.uri
+                ) from None
+
+    def commit(self) -> Written:
+        """Check length and the expected digests; on success put the file in place (once).
+
+        On a mismatch the temporary file goes, the previous file stays, and IntegrityError
+        says what was expected and what arrived.
+        """
+        if self.written is not None:
+            return self.written
+        if self._done:
+            raise ValueError(f"{self.uri}: commit after abort")
+        got = self._hasher.hexdigests()
+        problems = []
+        if self.length is not None and self._hasher.length != self.length:
+            problems.append(f"length: expected {self.length} bytes, got {self._hasher.length}")
+        for algo, value in self.expected.items():
+            if value.strip().lower() != got[algo]:
+                problems.append(f"{algo}: expected {value}, got {got[algo]}")
+        if problems:
+            self.abort()
+            raise IntegrityError("mismatch: " + "; ".join(problems), source=self.uri)
+        if self._file is not None and self.tmp is not None:
+            try:
+                self._file.flush()
+                if self._fsync:
+                    os.fsync(self._file.fileno())
+                self._file.close()
+                os.replace(self.tmp, self.path)
+            except OSError as exc:
+                self.abort()
+                raise ResourceSyncError(
+                    f"cannot put {self.path} in place: {exc.strerror or exc}", source=self.uri
+                ) from None
+            if self._fsync:
+                _fsync_dir(self.path.parent)
+        self._done = True
+        self.written = Written(self.path, self._hasher.length, got)
+        return self.written
+
+    def abort(self) -> None:
+        """Give up: the temporary file goes, the previous file stays (idempotent)."""
+        if self._done:
+            return
+        self._done = True
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+        if self.tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp)
+
+    def __enter__(self) -> Incoming:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
