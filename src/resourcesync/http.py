@@ -7,12 +7,13 @@ exponential backoff and jitter) are the same everywhere.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
 import importlib.util
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -27,10 +28,12 @@ __all__ = [
     "Client",
     "HttpOptions",
     "RetryPolicy",
+    "aiter_body",
     "iter_body",
     "make_async_client",
     "make_client",
     "open_stream",
+    "open_stream_async",
     "options_of",
     "retry_after_seconds",
 ]
@@ -135,6 +138,52 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
+async def aiter_body(
+    response: httpx.Response, url: str, chunk_size: int = 1 << 18
+) -> AsyncIterator[bytes]:
+    """The body in chunks, asynchronously; a failure half way is a FetchError naming the URL."""
+    try:
+        async for chunk in response.aiter_bytes(chunk_size):
+            yield chunk
+    except httpx.HTTPError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise FetchError(f"transfer failed: {reason}", source=url) from None
+
+
+@contextlib.asynccontextmanager
+async def open_stream_async(
+    url: str,
+    *,
+    client: httpx.AsyncClient,
+    headers: Mapping[str, str] | None = None,
+    options: HttpOptions | None = None,
+    accept: Collection[int] = (),
+) -> AsyncIterator[httpx.Response]:
+    """The asynchronous `open_stream`: GET `url`, retrying as the policy says, and yield the
+    streaming response once its status is 2xx (or one of `accept`, e.g. 304)."""
+    opts = options or options_of(client)
+    attempt = 0
+    while True:
+        attempt += 1
+        retry_after: float | None = None
+        try:
+            async with client.stream("GET", url, headers=headers) as response:
+                status = response.status_code
+                if 200 <= status < 300 or status in accept:
+                    yield response
+                    return
+                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+                if status not in RETRY_STATUS or attempt > opts.retry.retries:
+                    raise FetchError(f"HTTP {status} {response.reason_phrase}".rstrip(), source=url)
+        except httpx.TooManyRedirects:
+            raise FetchError("too many redirects (a redirect loop?)", source=url) from None
+        except httpx.TransportError as exc:
+            if attempt > opts.retry.retries:
+                reason = str(exc) or type(exc).__name__
+                raise FetchError(f"request failed: {reason}", source=url) from None
+        await asyncio.sleep(opts.retry.delay(attempt, retry_after))
+
+
 def iter_body(response: httpx.Response, url: str, chunk_size: int = 1 << 18) -> Iterator[bytes]:
     """The body in chunks; a connection that fails half way is a FetchError naming the URL."""
     try:
@@ -176,6 +225,8 @@ def open_stream(
                         raise FetchError(
                             f"HTTP {status} {response.reason_phrase}".rstrip(), source=url
                         )
+            except httpx.TooManyRedirects:
+                raise FetchError("too many redirects (a redirect loop?)", source=url) from None
             except httpx.TransportError as exc:
                 if attempt > opts.retry.retries:
                     reason = str(exc) or type(exc).__name__

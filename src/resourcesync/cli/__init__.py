@@ -9,6 +9,7 @@ from .document import cat, validate
 from .lirs import antenna, lirs
 from .publish import publish
 from .serve import serve, source
+from .sync import audit, sync
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -26,6 +27,8 @@ main.add_command(cat)
 main.add_command(publish)
 main.add_command(serve)
 main.add_command(source)
+main.add_command(sync)
+main.add_command(audit)
 main.add_command(lirs)
 main.add_command(antenna)
 

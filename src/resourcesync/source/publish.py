@@ -490,11 +490,10 @@ class _SetPublisher:
 
     def changelist(self) -> None:
         state = self.state
+        # The first Change List starts where the baseline began (the first Resource List's
+        # `at`), so a Destination that baselined from it finds no gap.
         baseline = state.get("baselined")
         start = self.scan.started if baseline is None else parse_w3c(baseline)
-        rl_at = state.get("rl_at")
-        if rl_at:
-            start = min(start, parse_w3c(rl_at))
         with state.transaction():
             current = state.open_changelist(start)
         rotated = self._rotate(current)

@@ -264,7 +264,9 @@ class SetState:
                 ),
             )
             if result.baseline:
-                self.put("baselined", format_w3c(result.completed))
+                # Changes are listed from the moment the baseline scan began (the Resource
+                # List's `at`): nothing between the two can fall through.
+                self.put("baselined", format_w3c(started))
             self.db.execute("ROLLBACK" if dry_run else "COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):

@@ -1,0 +1,230 @@
+"""`sync` and `audit`: keep a local copy in step with a Source, and check that it is."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..destination.sync import SyncOptions, SyncReport
+from ..destination.sync import audit as run_audit
+from ..destination.sync import sync as run_sync
+from ..http import HttpOptions, RetryPolicy
+from ._common import (
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    emit_json,
+    handle_errors,
+    show_progress,
+    stderr_console,
+)
+
+
+def _mappings(values: tuple[str, ...]) -> list[tuple[str, Path]]:
+    out = []
+    for v in values:
+        prefix, sep, directory = v.partition("=")
+        if not sep or not prefix.startswith(("http://", "https://")) or not directory:
+            raise click.BadParameter(f"a mapping is URI_PREFIX=DIR, not {v!r}", param_hint="--map")
+        out.append((prefix, Path(directory)))
+    return out
+
+
+def _headers(values: tuple[str, ...], token: str | None) -> dict[str, str]:
+    headers = {}
+    for v in values:
+        name, sep, value = v.partition(":")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"a header is 'Name: value', not {v!r}", param_hint="--header")
+        headers[name.strip()] = value.strip()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--set", "set_", metavar="NAME|URL", help="Only this resource set."),
+        click.option(
+            "--map",
+            "maps",
+            multiple=True,
+            metavar="URI_PREFIX=DIR",
+            help="Where URIs under a prefix go (repeatable; adds to the default).",
+        ),
+        click.option(
+            "--transfers",
+            type=click.IntRange(1, 256),
+            default=8,
+            show_default=True,
+            help="Concurrent fetches.",
+        ),
+        click.option(
+            "--per-host",
+            type=click.IntRange(1, 256),
+            default=4,
+            show_default=True,
+            help="Concurrent requests to one host.",
+        ),
+        click.option(
+            "--delay",
+            type=click.FloatRange(min=0),
+            default=0.0,
+            show_default=True,
+            help="Seconds between requests to one host (politeness).",
+        ),
+        click.option("--retries", type=click.IntRange(0, 20), default=3, show_default=True),
+        click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True),
+        click.option(
+            "--header",
+            "header",
+            multiple=True,
+            metavar="'NAME: VALUE'",
+            help="Request header for the Source's own host (repeatable).",
+        ),
+        click.option("--token", help="Bearer token for the Source's own host."),
+        click.option("--json", "as_json", is_flag=True, help="A JSON summary on stdout."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _options(**o: Any) -> SyncOptions:
+    retry = RetryPolicy(retries=o.get("retries", 3))
+    http = HttpOptions(
+        timeout=o.get("timeout", 30.0),
+        retry=retry,
+        max_connections=max(o.get("transfers", 8) * 2, 10),
+        http2=True,
+    )
+    return SyncOptions(
+        delete=bool(o.get("delete")),
+        dry_run=bool(o.get("dry_run")),
+        baseline=bool(o.get("baseline")),
+        via=o.get("via") or "auto",
+        transfers=o.get("transfers", 8),
+        per_host=o.get("per_host", 4),
+        delay=o.get("delay", 0.0),
+        checksum=o.get("checksum", True),
+        fsync=bool(o.get("fsync")),
+        headers=_headers(o.get("header") or (), o.get("token")),
+        http=http,
+        mappings=_mappings(o.get("maps") or ()),
+        set=o.get("set_"),
+    )
+
+
+def _summary(report: SyncReport) -> None:
+    for s in report.sets:
+        verb = "would fetch" if report.dry_run else "fetched"
+        line = (
+            f"{s.name}: {s.mode} via {s.via}: {verb} {s.planned if report.dry_run else s.fetched}"
+            f", {s.not_modified} not modified, {s.unchanged} unchanged, {s.deleted} deleted"
+        )
+        if s.mode == "incremental":
+            line += f" ({s.changes} changes)"
+        if s.pending_deletes:
+            line += f", {s.pending_deletes} deletions pending (use --delete)"
+        if s.failed:
+            line += f", {s.failed} FAILED"
+        if s.refused:
+            line += f", {s.refused} refused"
+        click.echo(line, err=True)
+        if s.gap:
+            click.echo(f"resourcesync: {s.name}: gap: {s.gap}", err=True)
+        for p in s.problems[:20]:
+            click.echo(f"resourcesync: {p.uri}: {p.message}", err=True)
+        if len(s.problems) > 20:
+            click.echo(f"resourcesync: … and {len(s.problems) - 20} more problems", err=True)
+    click.echo(f"in {report.seconds:.2f} s", err=True)
+
+
+@click.command()
+@click.argument("source")
+@click.argument("dest", type=click.Path(path_type=Path))
+@click.option("--baseline", is_flag=True, help="Start again from the Resource List (or dump).")
+@click.option(
+    "--via",
+    type=click.Choice(["lists", "dumps", "auto"]),
+    default="auto",
+    show_default=True,
+    help="Baseline from lists + GETs, or from dump packages.",
+)
+@click.option("--delete", is_flag=True, help="Apply deletions (off by default: kept pending).")
+@click.option("--dry-run", is_flag=True, help="Show what would be done; change nothing.")
+@click.option(
+    "--checksum/--no-checksum",
+    default=True,
+    show_default=True,
+    help="Verify digests the Source gives.",
+)
+@click.option("--fsync", is_flag=True, help="fsync every file (power-loss safety).")
+@sync_options
+@handle_errors
+def sync(source: str, dest: Path, as_json: bool, **o: Any) -> None:
+    """Bring DEST in step with SOURCE: a site, a Source Description, a Capability List, a
+    Resource List or Change List (URL or file).
+
+    The first run is a baseline; later runs are incremental from where the last one stopped.
+    Exit 0 when everything was applied, 1 when something failed or was refused, 2 on error.
+    """
+    opts = _options(**o)
+    if show_progress() and not as_json:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            DownloadColumn(),
+            console=stderr_console(),
+            transient=True,
+        ) as bar:
+            task = bar.add_task("fetching", total=None)
+
+            def progress(phase: str, done: int, total: int, size: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            report = run_sync(source, dest, opts, progress=progress)
+    else:
+        report = run_sync(source, dest, opts)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        _summary(report)
+    sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+
+
+@click.command()
+@click.argument("source")
+@click.argument("dest", type=click.Path(path_type=Path))
+@sync_options
+@handle_errors
+def audit(source: str, dest: Path, as_json: bool, **o: Any) -> None:
+    """Compare DEST with the Source's current state (its Resource List plus the changes after
+    it): missing, extra and different resources. Exit 0 in sync, 1 when it differs, 2 on error.
+    """
+    if not dest.is_dir():
+        click.echo(f"resourcesync: {dest}: no such directory", err=True)
+        sys.exit(EXIT_ERROR)
+    report = run_audit(source, dest, _options(**o))
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        state = "in sync" if report.ok else "NOT in sync"
+        click.echo(
+            f"{state}: {report.expected} expected, {report.in_sync} in sync, {report.missing} "
+            f"missing, {report.extra} extra, {report.different} different"
+        )
+        for kind, uris in report.examples.items():
+            for uri in uris:
+                click.echo(f"  {kind}: {uri}")
+    sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+
+
+__all__ = ["audit", "sync"]

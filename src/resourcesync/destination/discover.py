@@ -1,0 +1,232 @@
+"""Finding a Source's capabilities from whatever the user gives: a site root, a Source
+Description, a Capability List, a Resource List or Change List (URL or local file).
+
+Discovery follows core §8 in order: `/.well-known/resourcesync` of the site, then the
+`Sitemap:` lines of `robots.txt`, then the `Link: <…>; rel="resourcesync"` header and the
+`<link rel="resourcesync">` of the page; from a list, its `up` link leads to its Capability
+List. Every document is read with the one reader; every request goes through `http`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+from ..errors import ReadError
+from ..model import Capability, Document
+from ..sitemap import open_document
+from ..sitemap.read import is_url
+
+__all__ = ["SetInfo", "SourceInfo", "discover", "site_root"]
+
+_MAX_PAGE = 2 * 1024 * 1024
+
+
+def site_root(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
+
+
+@dataclass
+class SetInfo:
+    """One resource set as its Capability List describes it."""
+
+    name: str
+    capabilitylist: str | None
+    #: capability → URL of its document (resourcelist, changelist, dumps, archives, …)
+    documents: dict[str, str] = field(default_factory=dict)
+    #: `rel="hub"` of a change-notification channel, when offered: topic → hub
+    channels: dict[str, str] = field(default_factory=dict)
+
+    def url(self, capability: str) -> str | None:
+        return self.documents.get(capability)
+
+
+@dataclass
+class SourceInfo:
+    """What discovery found: the sets, and the base URL that local paths are relative to."""
+
+    given: str
+    base: str
+    description: str | None
+    sets: list[SetInfo]
+    how: str
+
+
+class _LinkFinder(HTMLParser):
+    """`<link rel="resourcesync" href="…">` in a page (the stdlib parser: no network, no
+    entities beyond HTML's own, nothing executed)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag != "link":
+            return
+        a = dict(attrs)
+        rels = (a.get("rel") or "").lower().split()
+        if "resourcesync" in rels and a.get("href"):
+            self.found.append(a["href"] or "")
+
+
+def _read_doc(target: str, client: Any) -> tuple[Document, list[Any]]:
+    with open_document(target, client=client) as reader:
+        doc = reader.document
+        entries = list(reader) if doc.capability in ("description", "capabilitylist") else []
+    return doc, entries
+
+
+def _set_name(capabilitylist: str) -> str:
+    path = urlsplit(capabilitylist).path
+    parent = posixpath.basename(posixpath.dirname(path))
+    return parent or posixpath.basename(path) or capabilitylist
+
+
+def _from_capabilitylist(url: str, entries: list[Any]) -> SetInfo:
+    info = SetInfo(name=_set_name(url), capabilitylist=url)
+    for e in entries:
+        if e.capability == Capability.CHANGE_NOTIFICATION:
+            hub = e.link("hub")
+            if hub is not None:
+                info.channels[e.loc] = hub.href
+        elif e.capability:
+            info.documents.setdefault(e.capability, e.loc)
+    return info
+
+
+def _fetch(client: Any, url: str) -> Any:
+    from ..http import open_stream
+
+    with open_stream(url, client=client) as response:
+        body = b""
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > _MAX_PAGE:
+                break
+        return response, body
+
+
+def _try_document(target: str, client: Any) -> tuple[Document, list[Any]] | None:
+    try:
+        return _read_doc(target, client)
+    except ReadError:
+        return None
+
+
+def discover(source: str, *, client: Any = None, choose: str | None = None) -> SourceInfo:
+    """Find the sets of a Source from SOURCE (see the module docstring). `choose` picks one
+    set by name (the folder of its Capability List) or by its Capability List URL."""
+    local = not is_url(source)
+    base = source if (not local and urlsplit(source).path in ("", "/")) else ""
+    got = _try_document(source, client)
+    if got is not None:
+        url, (doc, entries), how = source, got, "given document"
+    elif local:
+        raise ReadError("cannot read this as a ResourceSync document", source=source)
+    else:
+        # Not a document: a site (or a page of it). Core §8.2 discovery, in order.
+        base = base or (source if source.endswith("/") else site_root(source))
+        found, how = _discover_site(source, client)
+        if found is None:
+            raise ReadError(
+                "no ResourceSync here: no /.well-known/resourcesync, no Sitemap line in "
+                'robots.txt, no rel="resourcesync" link',
+                source=source,
+            )
+        url, doc, entries = found
+    if not base and is_url(url):
+        base = site_root(url)
+    sets, description = _sets_from(url, doc, entries, client)
+    if choose is not None:
+        chosen = [s for s in sets if choose in (s.name, s.capabilitylist)]
+        if not chosen:
+            names = ", ".join(s.name for s in sets)
+            raise ReadError(f"no resource set {choose!r} (the Source has: {names})", source=url)
+        sets = chosen
+    return SourceInfo(given=source, base=base, description=description, sets=sets, how=how)
+
+
+def _discover_site(source: str, client: Any) -> tuple[tuple[str, Document, list[Any]] | None, str]:
+    root = site_root(source)
+    well_known = root + ".well-known/resourcesync"
+    got = _try_document(well_known, client)
+    if got is not None:
+        return (well_known, *got), "well-known URI"
+    try:
+        _, robots = _fetch(client, root + "robots.txt")
+        for line in robots.decode("utf-8", "replace").splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip().lower() == "sitemap":
+                target = urljoin(root, value.strip())
+                got = _try_document(target, client)
+                if got is not None:
+                    return (target, *got), "robots.txt"
+    except ReadError:
+        pass
+    try:
+        response, page = _fetch(client, source)
+    except ReadError:
+        return None, ""
+    for link in response.headers.get_list("link"):
+        for target in _link_header(link):
+            got = _try_document(urljoin(source, target), client)
+            if got is not None:
+                return (urljoin(source, target), *got), "Link header"
+    finder = _LinkFinder()
+    finder.feed(page.decode("utf-8", "replace"))
+    for href in finder.found:
+        target = urljoin(source, href)
+        got = _try_document(target, client)
+        if got is not None:
+            return (target, *got), "HTML link"
+    return None, ""
+
+
+def _link_header(value: str) -> list[str]:
+    """The targets of `rel="resourcesync"` links in one Link header value."""
+    out = []
+    for part in value.split(","):
+        target, _, params = part.partition(";")
+        target = target.strip()
+        if not (target.startswith("<") and target.endswith(">")):
+            continue
+        for param in params.split(";"):
+            k, _, v = param.partition("=")
+            if k.strip().lower() == "rel" and "resourcesync" in v.strip().strip('"').split():
+                out.append(target[1:-1])
+    return out
+
+
+def _sets_from(
+    url: str, doc: Document, entries: list[Any], client: Any
+) -> tuple[list[SetInfo], str | None]:
+    cap = doc.capability
+    if cap == Capability.DESCRIPTION:
+        sets = []
+        for e in entries:
+            got = _try_document(e.loc, client)
+            if got is None or got[0].capability != Capability.CAPABILITYLIST:
+                raise ReadError(f"the Capability List {e.loc} cannot be read", source=url)
+            sets.append(_from_capabilitylist(e.loc, got[1]))
+        return sets, url
+    if cap == Capability.CAPABILITYLIST:
+        up = doc.link("up")
+        return [_from_capabilitylist(url, entries)], up.href if up else None
+    # A list given directly: its Capability List when reachable, else the list alone.
+    up = doc.link("up")
+    if up is not None:
+        cl_url = urljoin(url, up.href) if is_url(url) else up.href
+        got = _try_document(cl_url, client)
+        if got is not None and got[0].capability == Capability.CAPABILITYLIST:
+            info = _from_capabilitylist(cl_url, got[1])
+            if cap is not None:
+                info.documents[cap] = url  # the document the user named wins
+            return [info], None
+    info = SetInfo(name=_set_name(url), capabilitylist=None)
+    if cap is not None:
+        info.documents[cap] = url
+    return [info], None

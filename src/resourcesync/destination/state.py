@@ -1,0 +1,249 @@
+"""What a Destination knows about its copy (SQLite under DEST/.resourcesync/).
+
+Per resource: URI, local path, length, digests, lastmod, ETag and Last-Modified of the last
+fetch. Per set: the cursor — the last change fully applied (datetime and URI) — and the time of
+the Resource List the baseline came from. Deletions that were not applied (no `--delete`) and
+fetches that failed are kept until a later run applies or retries them: nothing is silently
+lost. Each verified resource is committed as soon as it is in place, so a run killed at any
+moment resumes where it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import ResourceSyncError
+from ..w3cdt import format_w3c, parse_w3c
+
+__all__ = ["Cursor", "DestinationState", "Known"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS resources (
+    uri TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    length INTEGER,
+    hashes TEXT NOT NULL,
+    lastmod TEXT,
+    etag TEXT,
+    last_modified TEXT,
+    set_key TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cursors (
+    set_key TEXT PRIMARY KEY,
+    datetime TEXT,
+    uri TEXT,
+    baseline_at TEXT,
+    updated TEXT
+);
+CREATE TABLE IF NOT EXISTS pending_deletes (
+    uri TEXT PRIMARY KEY,
+    datetime TEXT,
+    set_key TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS failed (
+    uri TEXT PRIMARY KEY,
+    expected TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    set_key TEXT NOT NULL
+);
+"""
+
+
+class StateError(ResourceSyncError):
+    """The destination's state cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """The last change fully applied: its datetime and URI (or the baseline's `at`, no URI)."""
+
+    datetime: datetime
+    uri: str = ""
+
+
+@dataclass(slots=True)
+class Known:
+    """What the state holds for one resource."""
+
+    uri: str
+    path: str
+    length: int | None
+    hashes: dict[str, str]
+    etag: str | None
+    last_modified: str | None
+
+
+class DestinationState:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(path, timeout=30, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"cannot open the state: {exc}", source=str(path)) from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> DestinationState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- resources -------------------------------------------------------------------------
+
+    def known(self, uri: str) -> Known | None:
+        row = self.db.execute(
+            "SELECT uri, path, length, hashes, etag, last_modified FROM resources WHERE uri = ?",
+            (uri,),
+        ).fetchone()
+        if row is None:
+            return None
+        return Known(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5])
+
+    def record(
+        self,
+        uri: str,
+        path: str,
+        length: int | None,
+        hashes: dict[str, str],
+        lastmod: datetime | None,
+        etag: str | None,
+        last_modified: str | None,
+        set_key: str,
+    ) -> None:
+        """A resource verified and in place (committed at once)."""
+        self.db.execute(
+            "INSERT OR REPLACE INTO resources (uri, path, length, hashes, lastmod, etag, "
+            "last_modified, set_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                uri,
+                path,
+                length,
+                json.dumps(hashes, sort_keys=True),
+                format_w3c(lastmod) if lastmod else None,
+                etag,
+                last_modified,
+                set_key,
+            ),
+        )
+        self.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
+
+    def forget(self, uri: str) -> None:
+        self.db.execute("DELETE FROM resources WHERE uri = ?", (uri,))
+        self.db.execute("DELETE FROM pending_deletes WHERE uri = ?", (uri,))
+        self.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
+
+    def uris(self, set_key: str) -> Iterator[str]:
+        for (uri,) in self.db.execute(
+            "SELECT uri FROM resources WHERE set_key = ? ORDER BY uri", (set_key,)
+        ):
+            yield uri
+
+    def all_known(self) -> Iterator[Known]:
+        for row in self.db.execute(
+            "SELECT uri, path, length, hashes, etag, last_modified FROM resources ORDER BY uri"
+        ):
+            yield Known(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5])
+
+    def count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM resources").fetchone()[0])
+
+    # -- cursor ----------------------------------------------------------------------------
+
+    def cursor(self, set_key: str) -> Cursor | None:
+        row = self.db.execute(
+            "SELECT datetime, uri FROM cursors WHERE set_key = ?", (set_key,)
+        ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return Cursor(parse_w3c(row[0]), row[1] or "")
+
+    def baseline_at(self, set_key: str) -> datetime | None:
+        row = self.db.execute(
+            "SELECT baseline_at FROM cursors WHERE set_key = ?", (set_key,)
+        ).fetchone()
+        return parse_w3c(row[0]) if row and row[0] else None
+
+    def set_cursor(
+        self, set_key: str, cursor: Cursor, *, baseline_at: datetime | None = None
+    ) -> None:
+        at = baseline_at or self.baseline_at(set_key)
+        self.db.execute(
+            "INSERT OR REPLACE INTO cursors (set_key, datetime, uri, baseline_at, updated) "
+            "VALUES (?, ?, ?, ?, datetime('now'))",
+            (
+                set_key,
+                format_w3c(cursor.datetime),
+                cursor.uri,
+                format_w3c(at) if at is not None else None,
+            ),
+        )
+
+    def reset(self, set_key: str) -> None:
+        """Before a forced baseline: forget the cursor (resources stay, to be compared)."""
+        self.db.execute("DELETE FROM cursors WHERE set_key = ?", (set_key,))
+
+    # -- pending deletions and failures -----------------------------------------------------
+
+    def pend_delete(self, uri: str, when: datetime | None, set_key: str) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO pending_deletes (uri, datetime, set_key) VALUES (?, ?, ?)",
+            (uri, format_w3c(when) if when else None, set_key),
+        )
+
+    def unpend(self, uri: str) -> None:
+        self.db.execute("DELETE FROM pending_deletes WHERE uri = ?", (uri,))
+
+    def pending_deletes(self, set_key: str | None = None) -> list[str]:
+        if set_key is None:
+            rows = self.db.execute("SELECT uri FROM pending_deletes ORDER BY uri")
+        else:
+            rows = self.db.execute(
+                "SELECT uri FROM pending_deletes WHERE set_key = ? ORDER BY uri", (set_key,)
+            )
+        return [r[0] for r in rows]
+
+    def fail(self, uri: str, expected: dict[str, Any], reason: str, set_key: str) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO failed (uri, expected, reason, set_key) VALUES (?, ?, ?, ?)",
+            (uri, json.dumps(expected, sort_keys=True), reason, set_key),
+        )
+
+    def failures(self, set_key: str) -> list[tuple[str, dict[str, Any], str]]:
+        return [
+            (uri, json.loads(expected), reason)
+            for uri, expected, reason in self.db.execute(
+                "SELECT uri, expected, reason FROM failed WHERE set_key = ? ORDER BY uri",
+                (set_key,),
+            )
+        ]
+
+    def get(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def put(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
