@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from resourcesync.destination.mirror import (
@@ -368,10 +368,17 @@ def _check_inside(m: Mirror, uri: str, roots: list[Path]) -> None:
     assert not Path(real).is_relative_to(m.state_dir), uri
 
 
+SEGMENTS = st.lists(PIECES, min_size=1, max_size=4).map("".join)
+PATHS = st.lists(SEGMENTS, max_size=6).map("/".join)
+
+
 @settings(
-    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(rest=st.text(max_size=60) | st.lists(PIECES, max_size=12).map("".join))
+@given(rest=st.text(max_size=60) | PATHS)
+@example(rest="link/a")
+@example(rest="%2e%2e/x")
+@example(rest=".resourcesync/x")
 def test_property_never_outside_the_mapping(tmp_path: Path, rest: str) -> None:
     dest = tmp_path / "prop"
     if not dest.exists():
@@ -415,6 +422,12 @@ def test_incoming_writes_and_reports_digests(mirror: Mirror, dest: Path) -> None
         {"sha-1": hashlib.sha1(data).hexdigest(), "md5": md5(data)},
     )
     assert mirror.local_digests(f"{HOST}/absent", ["md5"]) is None
+
+
+def test_local_digests_refuse_what_is_not_a_regular_file(mirror: Mirror, dest: Path) -> None:
+    os.mkfifo(dest / "fifo")
+    with pytest.raises(UnsafePath, match="not a regular file"):
+        mirror.local_digests(f"{HOST}/fifo", ["md5"])
 
 
 def test_an_empty_resource(mirror: Mirror, dest: Path) -> None:

@@ -7,7 +7,8 @@ Everything the Destination writes goes through `Mirror`:
 
   * The URI must start with a mapping's prefix (the longest wins). Scheme and host compare
     case-insensitively, and `:80` (http) / `:443` (https) equal no port. A URI with userinfo
-    (`user@host`), control characters or whitespace tabs/newlines anywhere is refused.
+    (`user@host`) or a control character anywhere (tabs and newlines included, which urlsplit
+    would silently drop) is refused.
   * The path after the prefix is split on "/" first, then each segment is percent-decoded
     (UTF-8, strict). A segment that is `.` or `..` (raw or encoded), that decodes to something
     holding "/" or "\\", that holds a raw "\\", NUL or another control character, that is empty
@@ -455,6 +456,8 @@ class Mirror:
         path = self.path_for(uri)
         known = [a for a in dict.fromkeys(a.lower() for a in algorithms) if a in ALGORITHMS]
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would hang the read
+                raise UnsafePath(f"{path} is not a regular file", source=uri)
             return hash_file(path, known)
         except FileNotFoundError:
             return None
