@@ -1,0 +1,172 @@
+"""What an operator decides about a hub: leases, caps, publishers, topics, and which callback
+addresses the hub may contact (the SSRF wall)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from ..http import RetryPolicy
+
+__all__ = ["AddressPolicy", "HubConfig", "IPNetwork", "parse_network"]
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+#: Lease bounds the Change Notification spec recommends (§4.2): 5 minutes to 1 month.
+LEASE_MIN = 300
+LEASE_MAX = 2_678_400
+LEASE_DEFAULT = 864_000  # 10 days
+
+
+def parse_network(text: str) -> IPNetwork | None:
+    """`10.0.0.0/8`, `192.0.2.7`, `::1` as a network; None for anything else (a host name)."""
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class AddressPolicy:
+    """Which hosts the hub may send requests to (verification, delivery, topic checks).
+
+    Without an allow-list, public (globally routable) addresses are allowed and everything else
+    (loopback, private, link-local — which includes cloud metadata services —, reserved,
+    multicast, unspecified) is refused; `allow_loopback` and `allow_private` open those. With an
+    allow-list (`networks`, `hosts`), only what it names is allowed (plus loopback or private
+    addresses when those flags say so). Every address a name resolves to must be allowed, so a
+    name that resolves to one public and one private address is refused. Host names in `hosts`
+    are trusted as they are, whatever they resolve to.
+
+    The check runs when a subscription is requested and again (cached for `cache_seconds`)
+    before each delivery. A name whose DNS answer changes between the check and the connection
+    (DNS rebinding) is the remaining gap; an operator who cares lists networks, not names.
+    """
+
+    allow_loopback: bool = False
+    allow_private: bool = False
+    networks: tuple[IPNetwork, ...] = ()
+    hosts: frozenset[str] = frozenset()
+    cache_seconds: float = 60.0
+    _cache: dict[str, tuple[float, str | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @property
+    def restricted(self) -> bool:
+        return bool(self.networks or self.hosts)
+
+    def address_allowed(self, ip: IPAddress) -> bool:
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if any(ip.version == net.version and ip in net for net in self.networks):
+            return True
+        if ip.is_loopback:
+            return self.allow_loopback
+        if ip.is_unspecified or ip.is_multicast:
+            return False
+        if not ip.is_global:
+            return self.allow_private
+        return not self.restricted
+
+    async def check(self, url: str) -> str | None:
+        """Why the hub must not send a request to `url`, or None when it may."""
+        try:
+            parts = urlsplit(url)
+            host = parts.hostname
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return "not a valid URL"
+        if parts.scheme not in ("http", "https") or not host:
+            return "not an http(s) URL"
+        host = host.lower()
+        if host in self.hosts:
+            return None
+        now = time.monotonic()
+        cached = self._cache.get(host)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        reason = await self._resolve_and_judge(host, port)
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[host] = (now + self.cache_seconds, reason)
+        return reason
+
+    async def _resolve_and_judge(self, host: str, port: int) -> str | None:
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
+            )
+        except (OSError, UnicodeError):
+            return f"{host} cannot be resolved"
+        addresses = {str(info[4][0]).partition("%")[0] for info in infos}
+        if not addresses:
+            return f"{host} cannot be resolved"
+        for text in sorted(addresses):
+            ip = ipaddress.ip_address(text)
+            if not self.address_allowed(ip):
+                kind = (
+                    "loopback"
+                    if ip.is_loopback
+                    else "not public"
+                    if not ip.is_global
+                    else "not in the allow-list"
+                )
+                shown = host if host == text else f"{host} ({text})"
+                return f"{shown} is {kind} and not allowed by the hub's configuration"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class HubConfig:
+    """Settings of one hub. Times in seconds, sizes in bytes."""
+
+    #: The hub URI as subscribers and publishers know it (for `Link: <…>; rel="hub"`); by
+    #: default the publisher's own `rel="hub"` link, else the URL the request came to.
+    public_url: str | None = None
+    #: When set, publishing needs `Authorization: Bearer <token>`.
+    token: str | None = None
+    #: When not empty, the only topics that may be published to or subscribed to: exact URIs,
+    #: or prefixes written with a trailing `*`.
+    topics: tuple[str, ...] = ()
+    #: HEAD (or GET) the topic URI before accepting a notification and check its Link headers.
+    check_topic: bool = False
+    check_topic_cache: float = 300.0
+    policy: AddressPolicy = field(default_factory=AddressPolicy)
+    lease_min: int = LEASE_MIN
+    lease_max: int = LEASE_MAX
+    lease_default: int = LEASE_DEFAULT
+    max_notification_bytes: int = 1 << 20
+    max_form_bytes: int = 16 << 10
+    #: A verification or a delivery that takes longer fails (and a delivery is retried).
+    timeout: float = 10.0
+    #: Backoff between delivery attempts: `backoff` × 2^n with jitter, capped at `max_backoff`.
+    retry: RetryPolicy = field(
+        default_factory=lambda: RetryPolicy(retries=0, backoff=1.0, max_backoff=300.0)
+    )
+    #: Deliveries and verifications in flight at once (across all subscribers).
+    concurrency: int = 256
+    max_pending_verifications: int = 1000
+    #: How often leases that ran out are swept (they are enforced at every delivery anyway).
+    sweep_interval: float = 30.0
+
+    def topic_allowed(self, topic: str) -> bool:
+        if not self.topics:
+            return True
+        for allowed in self.topics:
+            if allowed.endswith("*"):
+                if topic.startswith(allowed[:-1]):
+                    return True
+            elif topic == allowed:
+                return True
+        return False
+
+    def grant_lease(self, requested: int | None) -> int:
+        """The lease the hub grants for a requested one (None: the default), within bounds."""
+        wanted = self.lease_default if requested is None else requested
+        return max(self.lease_min, min(self.lease_max, wanted))
