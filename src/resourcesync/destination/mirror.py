@@ -237,6 +237,10 @@ class Mirror:
     ) -> None:
         self.dest = Path(dest).resolve()
         self.state_dir = self.dest / STATE_DIR_NAME
+        self._state_str = str(self.state_dir)
+        self._state_real = os.path.realpath(self.state_dir)
+        self._safe_dirs: dict[str, str] = {}
+        self._roots_real: dict[Path, str] = {}
         self.fsync = fsync
         self.dry_run = dry_run
         by_prefix: dict[str, _Root] = {}
@@ -342,37 +346,72 @@ class Mirror:
         return path, root
 
     def _check_location(self, path: Path, root: _Root) -> None:
-        """Refuse the state directory, symlinks out of the root, and file/directory conflicts."""
-        state = str(self.state_dir)
+        """Refuse the state directory, symlinks out of the root, and file/directory conflicts.
+
+        A directory found safe is remembered for the rest of the run (we only ever create
+        directories and regular files; a directory is checked again if it did not exist yet),
+        so a sync of many files in one folder pays for the walk up its path once.
+        """
+        state = self._state_str
         if _is_within(str(path), state):
             raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
+        root_real = self._root_real(root)
+        parent = path.parent
+        known_parent = self._safe_dirs.get(str(parent))
         try:
-            # A file where a directory is needed, or a directory where the file should be.
-            current = root.directory
-            for seg in path.relative_to(root.directory).parts[:-1]:
-                current = current / seg
-                try:
-                    st = os.stat(current)
-                except FileNotFoundError:
-                    break
-                if not stat.S_ISDIR(st.st_mode):
-                    raise UnsafePath(f"{current} conflicts with an existing file")
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISDIR(os.stat(path).st_mode):
+            if known_parent is None:
+                # A file where a directory is needed.
+                current = root.directory
+                for seg in path.relative_to(root.directory).parts[:-1]:
+                    current = current / seg
+                    try:
+                        st = os.stat(current)
+                    except FileNotFoundError:
+                        break
+                    if not stat.S_ISDIR(st.st_mode):
+                        raise UnsafePath(f"{current} conflicts with an existing file")
+                real_parent = os.path.realpath(parent)
+                if not _is_within(real_parent, root_real):
+                    raise UnsafePath(
+                        f"a symlink would take {path} out of {root.directory} (to {real_parent})"
+                    )
+                if _is_within(real_parent, self._state_real):
+                    raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
+                if os.path.isdir(parent):
+                    self._safe_dirs[str(parent)] = real_parent
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return
+            if stat.S_ISDIR(st.st_mode):
+                raise UnsafePath(f"{path} conflicts with an existing directory")
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(path)
+                if not _is_within(real, root_real):
+                    raise UnsafePath(
+                        f"a symlink would take {path} out of {root.directory} (to {real})"
+                    )
+                if _is_within(real, self._state_real):
+                    raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
+                if os.path.isdir(real):
                     raise UnsafePath(f"{path} conflicts with an existing directory")
-            root_real = os.path.realpath(root.directory)
-            real = os.path.realpath(path)
-            state_real = os.path.realpath(state)
         except OSError as exc:
             raise UnsafePath(f"cannot check {path}: {exc.strerror or exc}") from None
-        if root.inside_dest and not _is_within(root_real, str(self.dest)):
-            raise UnsafePath(
-                f"mapping directory {root.directory} is a symlink out of DEST (to {root_real})"
-            )
-        if not _is_within(real, root_real):
-            raise UnsafePath(f"a symlink would take {path} out of {root.directory} (to {real})")
-        if _is_within(real, state_real):
-            raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
+
+    def _root_real(self, root: _Root) -> str:
+        real = self._roots_real.get(root.directory)
+        if real is None:
+            try:
+                real = os.path.realpath(root.directory)
+            except OSError as exc:
+                raise UnsafePath(f"cannot check {root.directory}: {exc}") from None
+            if root.inside_dest and not _is_within(real, str(self.dest)):
+                raise UnsafePath(
+                    f"mapping directory {root.directory} is a symlink out of DEST (to {real})"
+                )
+            if os.path.isdir(root.directory):
+                self._roots_real[root.directory] = real
+        return real
 
     # -- writing ----------------------------------------------------------------------------
 

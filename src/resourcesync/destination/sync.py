@@ -44,12 +44,16 @@ from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..w3cdt import format_w3c, parse_w3c
 from .discover import SetInfo, SourceInfo, discover
-from .mirror import IntegrityError, Mapping, Mirror, UnsafePath
+from .mirror import IntegrityError, Mapping, Mirror, UnsafePath, Written
 from .state import Cursor, DestinationState
 
 __all__ = ["AuditReport", "SetReport", "SyncOptions", "SyncReport", "audit", "sync"]
 
 STATE_FILE = "state.sqlite"
+#: Connections per HTTP client in the transfer pipeline (see `_fetch_all`).
+POOL = 4
+#: Resources up to this size are received in memory and written by a worker thread.
+SMALL = 1 << 20
 EXAMPLES = 10
 
 
@@ -534,7 +538,7 @@ class _Syncer:
         done = 0
         pending: set[asyncio.Task[None]] = set()
 
-        async def one(uri: str, res: Resource) -> None:
+        async def one(client: Any, uri: str, res: Resource) -> None:
             nonlocal done
             host = urlsplit(uri).netloc.lower()
             async with transfers, hosts[host]:
@@ -549,15 +553,23 @@ class _Syncer:
             if self.progress:
                 self.progress("fetch", done, total, report.bytes)
 
-        async with make_async_client(self.options.http) as client:
-            for uri, res in plan.rows("fetch"):
-                task = asyncio.create_task(one(uri, res))
+        # Several small connection pools rather than one large one: httpcore's pool scans
+        # every connection for every request, which costs more than the transfers themselves
+        # past a few dozen connections.
+        shards = max(1, (self.options.transfers + POOL - 1) // POOL)
+        clients = [make_async_client(self.options.http) for _ in range(shards)]
+        try:
+            for n, (uri, res) in enumerate(plan.rows("fetch")):
+                task = asyncio.create_task(one(clients[n % shards], uri, res))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
-                if len(pending) >= self.options.transfers * 4:
+                if len(pending) >= self.options.transfers * 2:
                     await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             if pending:
                 await asyncio.gather(*pending)
+        finally:
+            for c in clients:
+                await c.aclose()
 
     async def _fetch_one(
         self, client: Any, uri: str, res: Resource, key: str, report: SetReport
@@ -567,13 +579,7 @@ class _Syncer:
         for attempt in (1, 2):
             headers = self._headers(uri)
             known = self.state.known(uri)
-            try:
-                path = self.mirror.path_for(uri)
-            except UnsafePath as exc:
-                report.refused += 1
-                report.problem(uri, f"refused: {exc.message}")
-                return
-            if known is not None and path.is_file() and attempt == 1:
+            if known is not None and attempt == 1 and (self.mirror.dest / known.path).is_file():
                 if known.etag:
                     headers["If-None-Match"] = known.etag
                 if known.last_modified:
@@ -591,13 +597,24 @@ class _Syncer:
                             return
                         continue  # the Source says otherwise: fetch it unconditionally
                     hashes = res.hashes if self.options.checksum else {}
-                    with self.mirror.incoming(uri, length=res.length, hashes=hashes) as inc:
-                        async for chunk in aiter_body(response, uri):
-                            inc.write(chunk)
-                        written = inc.commit()
+                    declared = response.headers.get("Content-Length", "")
+                    small = declared.isdigit() and int(declared) <= SMALL
+                    if small:
+                        # Received in memory, written in a worker thread: creating and renaming
+                        # files costs the kernel a fraction of a millisecond each, which the
+                        # event loop should not wait for.
+                        body = b"".join([c async for c in aiter_body(response, uri)])
+                        written = await asyncio.to_thread(
+                            self._store, uri, res.length, hashes, body
+                        )
+                    else:
+                        with self.mirror.incoming(uri, length=res.length, hashes=hashes) as inc:
+                            async for chunk in aiter_body(response, uri):
+                                inc.write(chunk)
+                            written = inc.commit()
                     self.state.record(
                         uri,
-                        self.mirror.relpath(uri),
+                        written.path.relative_to(self.mirror.dest).as_posix(),
                         written.length,
                         written.hashes,
                         res.lastmod,
@@ -609,6 +626,10 @@ class _Syncer:
                     report.fetched += 1
                     report.bytes += written.length
                     return
+            except UnsafePath as exc:
+                report.refused += 1
+                report.problem(uri, f"refused: {exc.message}")
+                return
             except IntegrityError as exc:
                 last_error = exc.message
                 continue  # retried once, then reported; the previous copy stays
@@ -621,6 +642,11 @@ class _Syncer:
         report.failed += 1
         report.problem(uri, last_error)
         self.state.fail(uri, expected, last_error, key)
+
+    def _store(self, uri: str, length: int | None, hashes: dict[str, str], body: bytes) -> Written:
+        with self.mirror.incoming(uri, length=length, hashes=hashes) as inc:
+            inc.write(body)
+            return inc.commit()
 
     def _apply_deletes(self, plan: _Plan, key: str, report: SetReport) -> None:
         for uri, res in plan.rows("delete"):
