@@ -687,8 +687,14 @@ def sync(
     syncer = _Syncer(info, dest, opts, progress)
     try:
         if not opts.dry_run:
-            syncer.mirror.cleanup()
+            # Temporary files are left only by a run that did not finish: look for them then
+            # (the walk over the whole copy is not free on a large tree).
+            if syncer.state.get("running") is not None:
+                syncer.mirror.cleanup()
+            syncer.state.put("running", str(time.time()))
         reports = [syncer.run_set(s) for s in info.sets]
+        if not opts.dry_run:
+            syncer.state.db.execute("DELETE FROM meta WHERE key = 'running'")
     finally:
         syncer.close()
     return SyncReport(

@@ -883,20 +883,45 @@ class LirsWriter:
             return text.encode(codecs_[0])
         except UnicodeEncodeError:
             pass
-        # Character by character (the encodings we write are stateless): the vendor table for
-        # what the common one lacks, `?` for what neither holds.
-        out = bytearray()
-        for ch in text:
-            for codec in codecs_:
+        # Line by line: a reader decodes each line with the first codec that takes it whole, so
+        # a line is written in one codec only, and in that one only if it reads back as written
+        # (Shift_JIS-2004 reads `~` as an overline, for instance).
+        nl = self._newline
+        return nl.encode("ascii").join(self._encode_line(line, codecs_) for line in text.split(nl))
+
+    def _encode_line(self, line: str, codecs_: tuple[str, ...]) -> bytes:
+        for codec in codecs_:
+            try:
+                data = line.encode(codec)
+            except UnicodeEncodeError:
+                continue
+            with contextlib.suppress(UnicodeDecodeError):
+                if _decode(data, self.encoding) == line:
+                    return data
+        # No codec holds the whole line: the one that reads back with the fewest `?` in place
+        # of what it lacks.
+        best: tuple[int, bytes] | None = None
+        for codec in codecs_:
+            out = bytearray()
+            shown = []
+            missing = 0
+            for ch in line:
                 try:
                     out += ch.encode(codec)
-                    break
+                    shown.append(ch)
                 except UnicodeEncodeError:
-                    continue
-            else:
-                out += b"?"
-                self.stats.replaced += 1
-        return bytes(out)
+                    out += b"?"
+                    shown.append("?")
+                    missing += 1
+            with contextlib.suppress(UnicodeDecodeError):
+                if _decode(bytes(out), self.encoding) == "".join(shown) and (
+                    best is None or missing < best[0]
+                ):
+                    best = (missing, bytes(out))
+        if best is None:  # pragma: no cover - ASCII and `?` always read back
+            best = (len(line), line.encode("ascii", "replace"))
+        self.stats.replaced += best[0]
+        return best[1]
 
     def _flush(self) -> None:
         if self._batch:
