@@ -332,9 +332,9 @@ class HandSource:
         )
 
 
-def entry(base: str, path: str, body: bytes, **extra: Any) -> dict[str, Any]:
-    """A Resource List entry for `body` served at `base + path`."""
-    return {"loc": base + path, "length": len(body), "md5": md5(body), **extra}
+def entry(base: str, rel: str, body: bytes, **extra: Any) -> dict[str, Any]:
+    """A Resource List entry for `body` served at `base + rel`."""
+    return {"loc": base + rel, "length": len(body), "md5": md5(body), **extra}
 
 
 @contextlib.contextmanager
