@@ -25,25 +25,48 @@ resourcesync validate examples/broken/xxe.xml
 echo "exit code: $?"
 set -e
 
-step "Publish the bundled resource tree (examples/resources) as a ResourceSync Source"
+step "The main job, end to end: publish the bundled tree, serve it, and keep a copy in step"
 work=$(mktemp -d)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+site="http://127.0.0.1:$port/"
 cp -r examples/resources "$work/resources"
-resourcesync publish "$work/resources" --base-url http://example.org/files/ --out "$work/public" \
-  --capabilities resourcelist,changelist,resourcedump,changedump --hash md5,sha-256
-resourcesync validate --follow "$work/public/.well-known/resourcesync" \
-  --map http://example.org/="$work/public"
+caps=resourcelist,changelist,resourcedump,changedump
+resourcesync publish "$work/resources" --base-url "${site}files/" --out "$work/public" \
+  --capabilities "$caps" --hash md5,sha-256
+resourcesync validate --follow "$work/public/.well-known/resourcesync" --map "$site=$work/public"
+resourcesync serve "$work/public" --port "$port" --log-level warning 2>"$work/serve.log" &
+server=$!
+trap 'kill $server 2>/dev/null; rm -rf "$work"' EXIT
+python3 - "$site" <<'WAIT'
+import sys, time, urllib.request
+for _ in range(100):
+    try:
+        urllib.request.urlopen(sys.argv[1] + ".well-known/resourcesync", timeout=1)
+        break
+    except OSError:
+        time.sleep(0.1)
+WAIT
 
-step "Change the tree (edit, add, delete, touch) and publish again: only the changes are listed"
+step "Baseline: discover the Source from its site root and copy it (from its dump packages)"
+resourcesync sync "$site" "$work/copy"
+find "$work/copy" -type f -not -path '*/.resourcesync/*' | sed "s|$work/||" | sort
+
+step "Change the tree (edit, add, delete, touch), publish again: only the changes are listed"
 echo '<p>edited</p>' >> "$work/resources/articles/welcome.html"
 echo 'new' > "$work/resources/data/new.txt"
 rm "$work/resources/articles/notes.md"
 touch "$work/resources/data/people.csv"
-resourcesync publish "$work/resources" --base-url http://example.org/files/ --out "$work/public" \
-  --capabilities resourcelist,changelist,resourcedump,changedump --hash md5,sha-256 --json
-resourcesync cat "$work/public/resourcesync/changelist.xml"
-resourcesync validate --follow "$work/public/.well-known/resourcesync" \
-  --map http://example.org/="$work/public"
-rm -rf "$work"
+resourcesync publish "$work/resources" --base-url "${site}files/" --out "$work/public" \
+  --capabilities "$caps" --hash md5,sha-256
+resourcesync cat "${site}resourcesync/changelist.xml"
+
+step "Incremental sync (deletions applied with --delete), then an audit"
+resourcesync sync "$site" "$work/copy" --delete
+resourcesync audit "$site" "$work/copy"
+
+step "Summary"
+echo "source: $(find "$work/resources" -type f | wc -l) files; copy: $(find "$work/copy" -type f -not -path '*/.resourcesync/*' | wc -l) files; audit: in sync"
+kill $server 2>/dev/null; wait $server 2>/dev/null || true
 
 step "LIRS: an EUC-JP antenna feed (encoding detected), converted to a Change List and validated"
 resourcesync lirs cat examples/lirs/antenna.eucjp.lirs

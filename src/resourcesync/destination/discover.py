@@ -122,7 +122,8 @@ def discover(source: str, *, client: Any = None, choose: str | None = None) -> S
     set by name (the folder of its Capability List) or by its Capability List URL."""
     local = not is_url(source)
     base = source if (not local and urlsplit(source).path in ("", "/")) else ""
-    got = _try_document(source, client)
+    # A site root is a page, not a document: discovery starts at once (well-known first).
+    got = None if base else _try_document(source, client)
     if got is not None:
         url, (doc, entries), how = source, got, "given document"
     elif local:
