@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -202,9 +203,17 @@ def hub(
     )
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"resourcesync: hub at http://{shown}:{port}{url_path} (state in {db})", err=True)
+
+    def stopped(signum: int, frame: object) -> None:
+        # uvicorn shuts down gracefully on SIGTERM, then raises the signal again: end here.
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stopped)
     try:
         asyncio.run(uvicorn.Server(uvicorn_config).serve())
     except KeyboardInterrupt:
+        pass
+    finally:
         click.echo("resourcesync: hub stopped", err=True)
 
 

@@ -1,0 +1,137 @@
+"""The store on its own, with a fake clock: leases, renewals, queues, forgetting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from resourcesync.hub import HubConfig, Store, format_links, parse_links, sign
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_lease_expiry_and_renewal_with_a_fake_clock(tmp_path: Path) -> None:
+    clock = Clock()
+    store = Store(tmp_path / "h.sqlite", clock=clock)
+    sub = store.subscribe("http://t/", "http://cb/", b"s", 300)
+    assert store.publish("http://t/", "<x>", b"1") == [sub.id]
+    clock.now += 299
+    renewed = store.subscribe("http://t/", "http://cb/", None, 300)
+    assert renewed.id == sub.id  # same subscription: its queue stays
+    clock.now += 200  # past the first lease, within the renewed one
+    assert store.expire() == []
+    d = store.next_delivery(sub.id)
+    assert d is not None
+    assert d.body == b"1"
+    assert d.secret is None
+    clock.now += 101
+    assert store.publish("http://t/", "<x>", b"2") == []  # lease over: nothing queued
+    assert store.expire() == [sub.id]
+    assert store.next_delivery(sub.id) is None
+    assert store.stats()["stored_notifications"] == 0
+    store.close()
+
+
+def test_queue_is_in_order_and_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite"
+    store = Store(path)
+    a = store.subscribe("http://t/", "http://a/", None, 3600)
+    b = store.subscribe("http://t/", "http://b/", None, 3600)
+    for i in range(3):
+        assert sorted(store.publish("http://t/", "<x>", str(i).encode())) == [a.id, b.id]
+    d = store.next_delivery(a.id)
+    assert d is not None
+    store.delivered(a.id, d.notification_id)
+    store.close()
+
+    store = Store(path)
+    assert store.pending_subscriptions() == [a.id, b.id]
+    got = []
+    while (d := store.next_delivery(a.id)) is not None:
+        got.append(d.body)
+        store.delivered(a.id, d.notification_id)
+    assert got == [b"1", b"2"]
+    assert store.stats()["stored_notifications"] == 3  # b still waits for all three
+    assert store.unsubscribe("http://t/", "http://b/")
+    assert store.stats() == {
+        "subscriptions": 1,
+        "topics": 1,
+        "pending_deliveries": 0,
+        "stored_notifications": 0,
+    }
+    store.close()
+
+
+def test_failed_attempt_is_counted_and_renewal_resets_backoff(tmp_path: Path) -> None:
+    clock = Clock()
+    store = Store(tmp_path / "h.sqlite", clock=clock)
+    sub = store.subscribe("http://t/", "http://a/", None, 3600)
+    store.publish("http://t/", "<x>", b"n")
+    d = store.next_delivery(sub.id)
+    assert d is not None
+    store.failed(sub.id, d.notification_id, clock.now + 60, "HTTP 503")
+    d = store.next_delivery(sub.id)
+    assert d is not None
+    assert (d.attempts, d.next_try) == (1, clock.now + 60)
+    store.subscribe("http://t/", "http://a/", None, 3600)
+    d = store.next_delivery(sub.id)
+    assert d is not None
+    assert d.next_try == clock.now
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("requested", "granted"), [(None, 864000), (1, 300), (600, 600), (10**9, 2678400)]
+)
+def test_grant_lease(requested: int | None, granted: int) -> None:
+    assert HubConfig().grant_lease(requested) == granted
+
+
+def test_topic_allowed() -> None:
+    config = HubConfig(topics=("http://a/change", "http://b/*"))
+    assert config.topic_allowed("http://a/change")
+    assert not config.topic_allowed("http://a/change2")
+    assert config.topic_allowed("http://b/x/change")
+    assert HubConfig().topic_allowed("http://anything/")
+
+
+_SELF_HUB = [("http://t/", "self"), ("http://h/", "hub")]
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (
+            '<http://t/>; rel="self", <http://h/>; rel="hub"',
+            [("http://t/", "self"), ("http://h/", "hub")],
+        ),
+        (
+            "<http://t/> ; rel=self ,<http://h/>;rel=hub",
+            [("http://t/", "self"), ("http://h/", "hub")],
+        ),
+        ('<http://t/>; title="a, b; c"; rel="self"', [("http://t/", "self")]),
+        ('<http://t/>; rel="self alternate"', [("http://t/", "self alternate")]),
+        ("garbage, <http://t/>; rel=self", [("http://t/", "self")]),
+        ("", []),
+    ],
+)
+def test_parse_links(header: str, expected: list[tuple[str, str]]) -> None:
+    assert [(t, p.get("rel", "")) for t, p in parse_links(header)] == expected
+
+
+def test_format_links_round_trips() -> None:
+    links = [("http://t/", "self"), ("http://h/", "hub")]
+    assert [(t, p["rel"]) for t, p in parse_links(format_links(links))] == links
+
+
+def test_signature_is_hmac_sha256() -> None:
+    # RFC 4231 test case 2.
+    got = sign(b"Jefe", b"what do ya want for nothing?")
+    assert got == "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
