@@ -61,6 +61,7 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--exclude", multiple=True, help="Skip files/dirs matching (repeatable)."),
         click.option("--describedby", help="URL describing the set (rel=describedby)."),
         click.option("--hidden", is_flag=True, help="Publish hidden files (.name) too."),
+        click.option("--hub", help="WebSub hub to send change notifications to."),
         click.option(
             "--max-entries",
             type=click.IntRange(min=1),
@@ -140,6 +141,7 @@ def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
             exclude=tuple(o.get("exclude") or ()),
             describedby=o.get("describedby"),
             hidden=bool(o.get("hidden")),
+            hub=o.get("hub"),
             max_entries=o.get("max_entries") or 50_000,
             max_bytes=parse_size(o.get("max_size") or "50M"),
             changelist_max_entries=o.get("changelist_max_entries") or 10_000,

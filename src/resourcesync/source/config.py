@@ -122,6 +122,10 @@ class SetConfig:
     keep_resourcedumps: int = 2
     #: Change Dump packages listed in the live Change Dump before it is closed and archived.
     changedump_max_packages: int = 100
+    #: A WebSub hub to send change notifications to (Change Notification 1.0.1).
+    hub: str | None = None
+    #: Changes per notification payload (larger batches are split in consecutive payloads).
+    notification_max_entries: int = 1000
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -151,6 +155,8 @@ class SetConfig:
             raise ConfigError("the change list rotation needs at least 1 entry")
         if self.package_size < 1024:
             raise ConfigError("the dump package size is too small")
+        if self.hub is not None and urlsplit(self.hub).scheme not in ("http", "https"):
+            raise ConfigError(f"hub {self.hub!r} is not an http(s) URL")
 
 
 @dataclass
@@ -185,6 +191,10 @@ class PublishConfig:
     def set_url(self, s: SetConfig) -> str:
         """Where the set's documents are published."""
         return f"{self.docs_url}{s.name}/"
+
+    def topic_url(self, s: SetConfig) -> str:
+        """The set's change notification channel (the WebSub topic)."""
+        return f"{self.docs_url}{s.name}/change/"
 
     @property
     def description_url(self) -> str:

@@ -296,6 +296,7 @@ class _SetPublisher:
         self.written = 0
         self.rotated = 0
         self.packages = 0
+        self.notified = 0
         self.problems: list[str] = []
         run = state.last_run()
         published = state.get("published_run")
@@ -406,6 +407,15 @@ class _SetPublisher:
                     loc=self.link_url("changedump-archive.xml"), capability="changedump-archive"
                 ),
             ]
+        if self.s.hub:
+            self.notify()
+            entries.append(
+                Resource(
+                    loc=self.config.topic_url(self.s),
+                    capability=Capability.CHANGE_NOTIFICATION,
+                    links=[Link(rel="hub", href=self.s.hub)],
+                )
+            )
         links = [Link(rel="up", href=self.config.description_url)]
         if self.s.describedby:
             links.append(Link(rel="describedby", href=self.s.describedby))
@@ -681,6 +691,99 @@ class _SetPublisher:
         path = self.s.dir / key
         return lambda: open(path, "rb")
 
+    # -- Change Notification (Change Notification 1.0.1 §3, §4.1) ---------------------------
+
+    def notify(self) -> None:
+        """Turn the changes not yet announced into notification payloads (consecutive,
+        non-overlapping `from`/`until`, at most `notification_max_entries` each), keep them in
+        the state, and send the unsent ones to the hub in order, retrying; what the hub does not
+        accept now is sent by the next run. The latest payload is also published at the topic
+        URI (`change/latest.xml`, served there with its `self` and `hub` links)."""
+        state = self.state
+        s = self.s
+        done = state.notifications()
+        last_seq = done[-1][2] if done else int(state.get("cn_start_seq") or state.max_seq())
+        if not done and state.get("cn_start_seq") is None:
+            # Announcing starts now: what was journaled before is in the Change Lists.
+            state.put("cn_start_seq", str(last_seq))
+            state.put("cn_from", format_w3c(self.scan.started))
+        start = done[-1][4] if done else parse_w3c(state.get("cn_from") or "")
+        top = state.max_seq()
+        if top > last_seq:
+            first = last_seq + 1
+            while first <= top:
+                count = min(s.notification_max_entries, state.count_changes(first, top))
+                last = state.nth_seq(first, count)
+                final = last == top
+                until = self.scan.completed if final else state.seq_time(last)
+                assert until is not None
+                until = max(until, start)
+                state.add_notification(first, last, start, until)
+                start, first = until, last + 1
+        rows = state.notifications()
+        if rows:
+            _, first, last, from_, until = rows[-1]
+            self.write(
+                "change/latest.xml",
+                self._payload(first, last, from_, until),
+                state.changes(first, last),
+            )
+        elif not self.path("change/latest.xml").exists():
+            # Nothing announced yet: the topic still answers, with an empty notification.
+            self.write("change/latest.xml", self._payload(0, 0, start, start), [])
+        for nid, first, last, from_, until in state.notifications(unsent_only=True):
+            try:
+                self._send(first, last, from_, until)
+            except ResourceSyncError as exc:
+                self.problems.append(f"notification not accepted by the hub yet: {exc}")
+                break
+            state.mark_sent(nid)
+            self.notified += 1
+
+    def _payload(self, first: int, last: int, from_: datetime, until: datetime) -> Document:
+        return self.doc(Capability.CHANGE_NOTIFICATION, from_=from_, until=until, links=[self.up])
+
+    def _send(self, first: int, last: int, from_: datetime, until: datetime) -> None:
+        import io
+
+        from ..http import HttpOptions, RetryPolicy, make_client
+
+        body = io.BytesIO()
+        write_document(
+            body,
+            self._payload(first, last, from_, until),
+            self.state.changes(first, last),
+            spec_version=self.v,
+        )
+        assert self.s.hub is not None
+        topic = self.config.topic_url(self.s)
+        headers = {
+            "Content-Type": "application/xml",
+            "Link": f'<{topic}>; rel="self", <{self.s.hub}>; rel="hub"',
+        }
+        options = HttpOptions(timeout=10, retry=RetryPolicy(retries=3, backoff=0.2))
+        # Through the one client factory; the retries here also cover a refusal by a hub that
+        # is restarting (5xx, 429).
+        with make_client(options) as client:
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    response = client.post(self.s.hub, content=body.getvalue(), headers=headers)
+                except Exception as exc:  # connection refused, timeout: retried
+                    reason = str(exc) or type(exc).__name__
+                    if attempt > options.retry.retries:
+                        raise ResourceSyncError(reason, source=self.s.hub) from None
+                else:
+                    if 200 <= response.status_code < 300:
+                        return
+                    reason = f"HTTP {response.status_code} {response.text[:200]}".strip()
+                    if response.status_code < 500 and response.status_code != 429:
+                        raise ResourceSyncError(reason, source=self.s.hub)
+                    if attempt > options.retry.retries:
+                        raise ResourceSyncError(reason, source=self.s.hub)
+                time.sleep(options.retry.delay(attempt))
+
     # -- Change Dump (§13) and its archive ---------------------------------------------------
 
     def changedump(self) -> None:
@@ -849,6 +952,17 @@ def _write_published(
                 "documents": [d.to_json() for d in docs.get(s.name, [])],
                 "resources": counts.get(s.name, 0),
                 "recent_changes": recent.get(s.name, []),
+                **(
+                    {
+                        "channel": {
+                            "topic": config.topic_url(s),
+                            "hub": s.hub,
+                            "latest": f"{s.name}/change/latest.xml",
+                        }
+                    }
+                    if s.hub
+                    else {}
+                ),
             }
             for s in config.sets
         ],

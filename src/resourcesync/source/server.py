@@ -122,6 +122,10 @@ class PublishedSet:
     documents: tuple[PublishedDocument, ...] = ()
     resources: int | None = None
     recent_changes: tuple[Mapping[str, str], ...] = ()
+    #: The change notification channel: topic URL, hub URL, latest payload (path in OUTDIR).
+    topic_url: str | None = None
+    hub_url: str | None = None
+    latest_path: str | None = None
 
     @property
     def base_path(self) -> tuple[str, ...]:
@@ -185,6 +189,9 @@ def load_publication(path: Path) -> Publication:
                 documents=docs,
                 resources=s.get("resources"),
                 recent_changes=tuple(s.get("recent_changes") or ()),
+                topic_url=(s.get("channel") or {}).get("topic"),
+                hub_url=(s.get("channel") or {}).get("hub"),
+                latest_path=(s.get("channel") or {}).get("latest"),
             )
         )
     return Publication(
@@ -810,6 +817,21 @@ class _Endpoints:
         if segments in ([], docs):
             return self._page(request, landing_page(pub))
         rel = segments[len(docs) :] if segments[: len(docs)] == docs else None
+        if (
+            rel is not None
+            and len(rel) == 2
+            and rel[1] == "change"
+            and (s := pub.set_named(rel[0])) is not None
+            and s.topic_url
+            and s.latest_path
+        ):
+            # The topic URI (Change Notification §4.1): the latest notification, with the
+            # `self` and `hub` links a subscriber uses to find the hub.
+            found = self.site.locate(docs + s.latest_path.split("/"))
+            if found is None or found.is_dir:
+                return PlainTextResponse(_NOT_FOUND, 404)
+            links = f'<{s.topic_url}>; rel="self", <{s.hub_url}>; rel="hub"'
+            return self._file(found, XML, {"link": links, "cache-control": "no-cache"})
         if rel is not None and len(rel) == 1 and (s := pub.set_named(rel[0])) is not None:
             if not trailing:
                 return RedirectResponse(_set_page_path(pub, s), 301)

@@ -74,6 +74,14 @@ CREATE TABLE IF NOT EXISTS changelists (
     from_ TEXT NOT NULL,
     until TEXT
 );
+CREATE TABLE IF NOT EXISTS notifications (
+    id INTEGER PRIMARY KEY,
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    from_ TEXT NOT NULL,
+    until TEXT NOT NULL,
+    sent INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS archive (
     kind TEXT NOT NULL,
     id INTEGER PRIMARY KEY,
@@ -602,6 +610,28 @@ class SetState:
         if row is None:
             raise ValueError("not that many changes")
         return int(row[0])
+
+    # -- change notifications --------------------------------------------------------------
+
+    def notifications(
+        self, unsent_only: bool = False
+    ) -> list[tuple[int, int, int, datetime, datetime]]:
+        q = "SELECT id, first_seq, last_seq, from_, until FROM notifications"
+        if unsent_only:
+            q += " WHERE sent = 0"
+        return [
+            (i, a, b, parse_w3c(f), parse_w3c(u))
+            for i, a, b, f, u in self.db.execute(q + " ORDER BY id")
+        ]
+
+    def add_notification(self, first: int, last: int, from_: datetime, until: datetime) -> None:
+        self.db.execute(
+            "INSERT INTO notifications (first_seq, last_seq, from_, until) VALUES (?, ?, ?, ?)",
+            (first, last, format_w3c(from_), format_w3c(until)),
+        )
+
+    def mark_sent(self, notification: int) -> None:
+        self.db.execute("UPDATE notifications SET sent = 1 WHERE id = ?", (notification,))
 
     # -- archives --------------------------------------------------------------------------
 

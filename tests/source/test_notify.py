@@ -1,0 +1,123 @@
+"""The Source side of Change Notification: payloads sent to a hub, the channel advertised."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from resourcesync.sitemap import read_document, validate
+from resourcesync.source.config import PublishConfig, SetConfig
+from resourcesync.source.publish import publish
+from resourcesync.source.server import create_app
+from tests.servers import serve
+
+BASE = "http://example.org/data/"
+
+
+class Hub:
+    """A stand-in hub that records what it is sent; `refuse` makes it answer 503."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[bytes, dict[str, str]]] = []
+        self.refuse = False
+        self.app = Starlette(routes=[Route("/hub", self.post, methods=["POST"])])
+
+    async def post(self, request: Request) -> Response:
+        if self.refuse:
+            return Response("busy", 503)
+        self.received.append((await request.body(), dict(request.headers)))
+        return Response("", 200)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(microseconds=7)
+        return self.now
+
+
+def test_changes_are_announced_in_order_and_the_channel_is_advertised(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    hub = Hub()
+    with serve(hub.app) as hub_base:
+        cfg = PublishConfig(
+            out=tmp_path / "out",
+            sets=[SetConfig("set1", data, BASE, hub=f"{hub_base}/hub", notification_max_entries=2)],
+        )
+        clock = Clock()
+        publish(cfg, clock=clock)
+        assert hub.received == []  # the baseline announces nothing
+        _, caps = read_document(tmp_path / "out" / "set1" / "capabilitylist.xml")
+        channel = next(c for c in caps if c.capability == "change-notification")
+        assert channel.loc == "http://example.org/set1/change/"
+        assert channel.link("hub") is not None and channel.link("hub").href == f"{hub_base}/hub"
+
+        for name in ("b", "c", "d"):
+            (data / f"{name}.txt").write_text(name)
+        publish(cfg, clock=clock)
+        assert len(hub.received) == 2  # three changes, at most two a payload
+        hub.refuse = True
+        (data / "a.txt").write_text("changed")
+        result = publish(cfg, clock=clock)
+        assert any("not accepted" in p for p in result.sets[0].problems)
+        hub.refuse = False
+        (data / "b.txt").unlink()
+        publish(cfg, clock=clock)  # the refused payload goes first, then the new one
+    bodies = [body for body, _ in hub.received]
+    assert len(bodies) == 4
+    intervals = []
+    changes = []
+    for body, headers in hub.received:
+        assert headers["content-type"] == "application/xml"
+        assert '<http://example.org/set1/change/>; rel="self"' in headers["link"]
+        assert 'rel="hub"' in headers["link"]
+        report = validate([body])
+        assert report.ok and not report.errors, [str(f) for f in report.findings]
+        doc, entries = read_document(body)
+        assert doc.capability == "change-notification"
+        intervals.append((doc.from_, doc.until))
+        changes += [(e.change, e.loc.removeprefix(BASE)) for e in entries]
+    for (_, until), (from_, _) in itertools.pairwise(intervals):
+        assert until == from_  # consecutive, non-overlapping
+    assert changes == [
+        ("created", "b.txt"),
+        ("created", "c.txt"),
+        ("created", "d.txt"),
+        ("updated", "a.txt"),
+        ("deleted", "b.txt"),
+    ]
+
+
+def test_the_topic_uri_answers_with_the_latest_notification(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    hub = Hub()
+    with serve(hub.app) as hub_base:
+        cfg = PublishConfig(
+            out=tmp_path / "out",
+            sets=[SetConfig("set1", data, "http://example.org/files/", hub=f"{hub_base}/hub")],
+            docs_url="http://example.org/",
+        )
+        publish(cfg)
+        (data / "a.txt").write_text("again")
+        publish(cfg)
+        with serve(create_app(tmp_path / "out")) as site:
+            response = httpx.get(f"{site}/set1/change/")
+            head = httpx.head(f"{site}/set1/change/")
+    assert response.status_code == 200 and head.status_code == 200
+    assert response.headers["content-type"].startswith("application/xml")
+    assert 'rel="self"' in response.headers["link"] and f"<{hub_base}/hub>" in head.headers["link"]
+    doc, (entry,) = read_document(response.content)
+    assert doc.capability == "change-notification" and entry.change == "updated"
