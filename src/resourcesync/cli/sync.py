@@ -164,9 +164,48 @@ def _summary(report: SyncReport) -> None:
     help="Verify digests the Source gives.",
 )
 @click.option("--fsync", is_flag=True, help="fsync every file (power-loss safety).")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Then follow the Source's change notifications (WebSub) until stopped.",
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:0",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="With --follow: where the callback server listens.",
+)
+@click.option("--callback-url", help="With --follow: the callback URL as the hub must call it.")
+@click.option(
+    "--lease",
+    type=click.IntRange(60),
+    default=86400,
+    show_default=True,
+    help="With --follow: the lease asked of the hub (renewed before it ends).",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="With --follow: catch up from the Change List after this much silence.",
+)
+@click.option("--duration", type=click.FloatRange(min=0), hidden=True)
 @sync_options
 @handle_errors
-def sync(source: str, dest: Path, as_json: bool, **o: Any) -> None:
+def sync(
+    source: str,
+    dest: Path,
+    as_json: bool,
+    follow: bool,
+    listen: str,
+    callback_url: str | None,
+    lease: int,
+    poll_interval: float,
+    duration: float | None,
+    **o: Any,
+) -> None:
     """Bring DEST in step with SOURCE: a site, a Source Description, a Capability List, a
     Resource List or Change List (URL or file).
 
@@ -174,6 +213,9 @@ def sync(source: str, dest: Path, as_json: bool, **o: Any) -> None:
     Exit 0 when everything was applied, 1 when something failed or was refused, 2 on error.
     """
     opts = _options(**o)
+    if follow:
+        _follow(source, dest, opts, as_json, listen, callback_url, lease, poll_interval, duration)
+        return
     if show_progress() and not as_json:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
@@ -198,6 +240,56 @@ def sync(source: str, dest: Path, as_json: bool, **o: Any) -> None:
     else:
         _summary(report)
     sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+
+
+def _follow(
+    source: str,
+    dest: Path,
+    opts: SyncOptions,
+    as_json: bool,
+    listen: str,
+    callback_url: str | None,
+    lease: int,
+    poll_interval: float,
+    duration: float | None,
+) -> None:
+    import signal
+    import threading
+
+    from ..destination.subscribe import FollowOptions, follow
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def event(kind: str, detail: Any) -> None:
+        if as_json:
+            emit_json(
+                {
+                    "event": kind,
+                    "detail": detail.to_json() if hasattr(detail, "to_json") else detail,
+                }
+            )
+            sys.stdout.flush()
+        elif isinstance(detail, SyncReport):
+            _summary(detail)
+        else:
+            click.echo(f"resourcesync: {kind}: {detail}", err=True)
+
+    follow(
+        source,
+        dest,
+        opts,
+        FollowOptions(
+            listen=listen,
+            callback_url=callback_url,
+            lease_seconds=lease,
+            poll_interval=poll_interval,
+            duration=duration,
+        ),
+        on_event=event,
+        stop=stop,
+    )
 
 
 @click.command()

@@ -24,7 +24,7 @@ import tempfile
 import time
 import zipfile
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -240,7 +240,7 @@ class _Syncer:
 
     def run_set(self, s: SetInfo) -> SetReport:
         report = SetReport(name=s.name)
-        key = s.capabilitylist or next(iter(s.documents.values()), s.name)
+        key = self.set_key(s)
         state = self.state
         if self.options.baseline and not self.options.dry_run:
             state.reset(key)
@@ -255,7 +255,15 @@ class _Syncer:
             new_cursor = self._plan_incremental(s, key, plan, report, cursor)
             if report.gap is not None:
                 return report
-        # Fetches that failed before are tried again, pending deletions applied when asked.
+        self._carry_out(plan, key, report, new_cursor)
+        return report
+
+    def _carry_out(
+        self, plan: _Plan, key: str, report: SetReport, new_cursor: Cursor | None
+    ) -> None:
+        """Fetch and delete as planned (and retry earlier failures, apply pending deletions
+        when asked), then move the cursor."""
+        state = self.state
         for uri, expected, _ in state.failures(key):
             plan.add(
                 uri,
@@ -280,7 +288,6 @@ class _Syncer:
             )
         if new_cursor is not None:
             report.cursor = format_w3c(new_cursor.datetime)
-        return report
 
     # -- planning: baseline ------------------------------------------------------------------
 
@@ -432,41 +439,43 @@ class _Syncer:
                 source=s.capabilitylist,
             )
         lists = self._lists_covering(url, s, cursor, report)
-        last = cursor
         if lists is None:
             return cursor
-        for list_url in lists:
-            with open_document(list_url, client=self.client) as reader:
-                reader.document  # noqa: B018
-                passed_cursor = cursor.uri == ""
-                for _, res in reader.entries():
-                    t = res.change_time
-                    if t is not None:
-                        if t < cursor.datetime:
-                            continue
-                        if t == cursor.datetime and not passed_cursor:
-                            if res.loc == cursor.uri:
-                                passed_cursor = True
-                            continue
-                    report.changes += 1
-                    if res.change == "deleted":
-                        try:
-                            self.mirror.path_for(res.loc)
-                        except UnsafePath as exc:
-                            report.refused += 1
-                            report.problem(res.loc, f"refused: {exc.message}")
-                            continue
-                        plan.add(res.loc, "delete", res)
-                    else:
-                        try:
-                            self.mirror.path_for(res.loc)
-                        except UnsafePath as exc:
-                            report.refused += 1
-                            report.problem(res.loc, f"refused: {exc.message}")
-                            continue
-                        plan.add(res.loc, "fetch", res)
-                    if t is not None:
-                        last = Cursor(t, res.loc)
+
+        def entries() -> Iterator[Resource]:
+            for list_url in lists:
+                with open_document(list_url, client=self.client) as reader:
+                    reader.document  # noqa: B018
+                    yield from reader
+
+        return self._plan_changes(entries(), plan, report, cursor)
+
+    def _plan_changes(
+        self, entries: Iterable[Resource], plan: _Plan, report: SetReport, cursor: Cursor
+    ) -> Cursor:
+        """Plan the changes after the cursor (each URI once, its final state); returns the
+        cursor the plan brings the copy to."""
+        last = cursor
+        passed_cursor = cursor.uri == ""
+        for res in entries:
+            t = res.change_time
+            if t is not None:
+                if t < cursor.datetime:
+                    continue
+                if t == cursor.datetime and not passed_cursor:
+                    if res.loc == cursor.uri:
+                        passed_cursor = True
+                    continue
+            report.changes += 1
+            try:
+                self.mirror.path_for(res.loc)
+            except UnsafePath as exc:
+                report.refused += 1
+                report.problem(res.loc, f"refused: {exc.message}")
+                continue
+            plan.add(res.loc, "delete" if res.change == "deleted" else "fetch", res)
+            if t is not None:
+                last = Cursor(t, res.loc)
         # A fetch planned for something we already hold as described is not needed.
         for uri, res in plan.rows("fetch"):
             known = self.state.known(uri)
@@ -478,6 +487,23 @@ class _Syncer:
                 except UnsafePath:
                     pass
         return last
+
+    def apply_changes(self, s: SetInfo, entries: Iterable[Resource]) -> SetReport:
+        """Apply a batch of changes (a change notification's entries) with the same engine and
+        guarantees as an incremental run: after the cursor only, in order, each URI once."""
+        report = SetReport(name=s.name, mode="notification")
+        key = self.set_key(s)
+        cursor = self.state.cursor(key)
+        if cursor is None:
+            raise ResourceSyncError("no baseline yet for this set", source=s.capabilitylist)
+        plan = _Plan(self.state.db)
+        new_cursor = self._plan_changes(entries, plan, report, cursor)
+        self._carry_out(plan, key, report, new_cursor)
+        return report
+
+    @staticmethod
+    def set_key(s: SetInfo) -> str:
+        return s.capabilitylist or next(iter(s.documents.values()), s.name)
 
     def _lists_covering(
         self, url: str, s: SetInfo, cursor: Cursor, report: SetReport

@@ -1,0 +1,156 @@
+"""Following a Source through a WebSub hub: a changed file arrives on the Destination's disk."""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from resourcesync.destination.subscribe import FollowOptions, follow
+from resourcesync.destination.sync import SyncOptions
+from resourcesync.http import HttpOptions, RetryPolicy
+from resourcesync.source.config import PublishConfig, SetConfig
+from resourcesync.source.publish import publish
+from resourcesync.source.server import create_app
+from tests.hub.conftest import fast_config, run_hub
+from tests.servers import serve
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_followed_change_arrives_and_bad_signatures_are_dropped(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("first")
+    (data / "gone.txt").write_text("to be deleted")
+    site_port = free_port()
+    site = f"http://127.0.0.1:{site_port}/"
+    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub:
+        config = PublishConfig(
+            out=tmp_path / "out",
+            sets=[SetConfig("set1", data, site + "files/", hub=hub)],
+            docs_url=site,
+        )
+        publish(config)
+        events: list[tuple[str, Any]] = []
+        stop = threading.Event()
+        listen = free_port()
+        dest = tmp_path / "copy"
+        options = SyncOptions(
+            delete=True, http=HttpOptions(timeout=5, retry=RetryPolicy(retries=1, backoff=0.05))
+        )
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            follower = threading.Thread(
+                target=follow,
+                args=(
+                    site,
+                    dest,
+                    options,
+                    FollowOptions(listen=f"127.0.0.1:{listen}", lease_seconds=60),
+                ),
+                kwargs={"on_event": lambda k, d: events.append((k, d)), "stop": stop},
+                daemon=True,
+            )
+            follower.start()
+            wait_for(lambda: any(k == "subscribed" for k, _ in events))
+            assert (dest / "files" / "a.txt").read_text() == "first"
+
+            latencies = []
+            for round_ in range(3):
+                (data / "a.txt").write_text(f"changed {round_}")
+                started = time.monotonic()
+                publish(config)
+                wait_for(lambda r=round_: (dest / "files" / "a.txt").read_text() == f"changed {r}")
+                latencies.append(time.monotonic() - started)
+            (data / "gone.txt").unlink()
+            publish(config)
+            wait_for(lambda: not (dest / "files" / "gone.txt").exists())
+            stop.set()
+            follower.join(timeout=15)
+        assert not follower.is_alive()
+    kinds = [k for k, _ in events]
+    assert kinds[0] == "synced" and "subscribed" in kinds and "applied" in kinds
+    assert kinds[-1] == "unsubscribed"
+    assert statistics.median(latencies) < 2.0, latencies
+
+
+def test_unsigned_and_forged_notifications_are_dropped(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("first")
+    site_port = free_port()
+    site = f"http://127.0.0.1:{site_port}/"
+    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub:
+        config = PublishConfig(
+            out=tmp_path / "out",
+            sets=[SetConfig("set1", data, site + "files/", hub=hub)],
+            docs_url=site,
+        )
+        publish(config)
+        events: list[tuple[str, Any]] = []
+        stop = threading.Event()
+        listen = free_port()
+        dest = tmp_path / "copy"
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            follower = threading.Thread(
+                target=follow,
+                args=(site, dest, SyncOptions(), FollowOptions(listen=f"127.0.0.1:{listen}")),
+                kwargs={"on_event": lambda k, d: events.append((k, d)), "stop": stop},
+                daemon=True,
+            )
+            follower.start()
+            wait_for(lambda: any(k == "subscribed" for k, _ in events))
+            # Find our callback path: the only route is /callback/<token>; an unknown token 404s.
+            assert (
+                httpx.post(f"http://127.0.0.1:{listen}/callback/nope", content=b"x").status_code
+                == 404
+            )
+            stop.set()
+            follower.join(timeout=15)
+    assert "dropped" not in [k for k, _ in events]
+
+
+class serve_on:
+    """`tests.servers.serve`, on a chosen port (the Source's URLs are fixed at publication)."""
+
+    def __init__(self, app: Any, port: int) -> None:
+        self.app, self.port = app, port
+
+    def __enter__(self) -> str:
+        import uvicorn
+
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        self.sock = sock
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, daemon=True
+        )
+        self.thread.start()
+        wait_for(lambda: self.server.started)
+        return f"http://127.0.0.1:{self.port}/"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+_ = serve  # the ephemeral-port twin
