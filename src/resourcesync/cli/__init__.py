@@ -6,6 +6,7 @@ import click
 
 from .. import __version__
 from .document import cat, validate
+from .hub import hub
 from .lirs import antenna, lirs
 from .publish import publish
 from .serve import serve, source
@@ -29,6 +30,7 @@ main.add_command(serve)
 main.add_command(source)
 main.add_command(sync)
 main.add_command(audit)
+main.add_command(hub)
 main.add_command(lirs)
 main.add_command(antenna)
 
