@@ -68,6 +68,58 @@ step "Summary"
 echo "source: $(find "$work/resources" -type f | wc -l) files; copy: $(find "$work/copy" -type f -not -path '*/.resourcesync/*' | wc -l) files; audit: in sync"
 kill $server 2>/dev/null; wait $server 2>/dev/null || true
 
+step "Change Notification: a hub, a Source that notifies, a Destination that follows"
+work2=$(mktemp -d)
+free() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+hubport=$(free); siteport=$(free); cbport=$(free)
+hub="http://127.0.0.1:$hubport/"
+site2="http://127.0.0.1:$siteport/"
+cp -r examples/resources "$work2/resources"
+resourcesync hub --port "$hubport" --db "$work2/hub.sqlite" --allow-loopback --log-level warning &
+hubpid=$!
+resourcesync publish "$work2/resources" --base-url "${site2}files/" --out "$work2/public" --hub "$hub"
+resourcesync serve "$work2/public" --port "$siteport" --log-level warning &
+sitepid=$!
+trap 'kill $hubpid $sitepid ${followpid:-} 2>/dev/null; rm -rf "$work2"' EXIT
+python3 - "$site2" "$hub" <<'WAIT'
+import sys, time, urllib.request
+for url in sys.argv[1:]:
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            break
+        except urllib.error.HTTPError:
+            break
+        except OSError:
+            time.sleep(0.1)
+WAIT
+resourcesync sync "$site2" "$work2/copy" --follow --listen "127.0.0.1:$cbport" --delete &
+followpid=$!
+python3 - "$work2/copy/files/data/people.csv" <<'WAIT'
+import os, sys, time
+for _ in range(200):
+    if os.path.exists(sys.argv[1]):
+        break
+    time.sleep(0.05)
+time.sleep(1.0)  # the subscription is verified just after the first sync
+WAIT
+echo "4,Grace,Arlington" >> "$work2/resources/data/people.csv"
+start=$(date +%s.%N)
+resourcesync publish "$work2/resources" --base-url "${site2}files/" --out "$work2/public" --hub "$hub"
+python3 - "$work2/copy/files/data/people.csv" "$start" <<'WAIT'
+import sys, time
+for _ in range(400):
+    if "Grace" in open(sys.argv[1], encoding="utf-8").read():
+        print(f"the change arrived at the follower {time.time() - float(sys.argv[2]):.2f} s after publish began")
+        break
+    time.sleep(0.02)
+else:
+    sys.exit("the followed change did not arrive")
+WAIT
+tail -2 "$work2/copy/files/data/people.csv"
+kill -TERM $followpid; wait $followpid 2>/dev/null || true
+kill $hubpid $sitepid 2>/dev/null; wait $hubpid $sitepid 2>/dev/null || true
+
 step "LIRS: an EUC-JP antenna feed (encoding detected), converted to a Change List and validated"
 resourcesync lirs cat examples/lirs/antenna.eucjp.lirs
 out=$(mktemp -d)
