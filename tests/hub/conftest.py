@@ -187,3 +187,16 @@ def publish(
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "hub.sqlite"
+
+
+@pytest.fixture(scope="module")
+def shared_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One hub with the test configuration for a module's tests that change nothing in it."""
+    with run_hub(fast_config(), tmp_path_factory.mktemp("hub") / "hub.sqlite") as hub:
+        yield hub
+
+
+@pytest.fixture(scope="module")
+def shared_subscriber() -> Iterator[Subscriber]:
+    with run_subscriber(Subscriber()) as sub:
+        yield sub
