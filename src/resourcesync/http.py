@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 
@@ -38,6 +39,7 @@ __all__ = [
     "open_stream",
     "open_stream_async",
     "options_of",
+    "origin",
     "retry_after_seconds",
 ]
 
@@ -73,6 +75,11 @@ class HttpOptions:
     http2: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     follow_redirects: bool = True
+    #: Headers (credentials) sent only to these origins (`origin()`: host, or host:port for a
+    #: port that is not the default), on every request to them and to no other, redirects
+    #: included.
+    scoped_headers: Mapping[str, str] = field(default_factory=dict)
+    scoped_hosts: frozenset[str] = frozenset()
 
 
 @functools.cache
@@ -86,6 +93,36 @@ def _tls_context() -> ssl.SSLContext:
     import certifi
 
     return ssl.create_default_context(cafile=certifi.where())
+
+
+def origin(scheme: str, host: str, port: int | None) -> str:
+    """`host` or `host:port` (a default port is left out), lower case: what scoped headers
+    are matched against."""
+    default = {"http": 80, "https": 443}.get(scheme.lower())
+    host = host.lower()
+    return host if port is None or port == default else f"{host}:{port}"
+
+
+def _scope(options: HttpOptions, request: httpx.Request) -> None:
+    url = request.url
+    allowed = origin(url.scheme, url.host, url.port) in options.scoped_hosts
+    for name, value in options.scoped_headers.items():
+        if allowed:
+            request.headers[name] = value
+        elif name in request.headers:
+            del request.headers[name]
+
+
+def _hooks(options: HttpOptions, asynchronous: bool) -> dict[str, list[Any]]:
+    if not options.scoped_headers:
+        return {}
+    if asynchronous:
+
+        async def hook(request: httpx.Request) -> None:
+            _scope(options, request)
+
+        return {"request": [hook]}
+    return {"request": [lambda request: _scope(options, request)]}
 
 
 def _client_kwargs(options: HttpOptions) -> dict[str, object]:
@@ -108,7 +145,7 @@ class Client(httpx.Client):
     """An httpx client that remembers the options it was built with (retry policy included)."""
 
     def __init__(self, options: HttpOptions) -> None:
-        super().__init__(**_client_kwargs(options))  # type: ignore[arg-type]
+        super().__init__(**_client_kwargs(options), event_hooks=_hooks(options, asynchronous=False))  # type: ignore[arg-type]
         self.rs_options = options
 
 
@@ -116,7 +153,12 @@ class AsyncClient(httpx.AsyncClient):
     """The asynchronous twin of `Client`."""
 
     def __init__(self, options: HttpOptions, **extra: object) -> None:
-        super().__init__(**_client_kwargs(options), **extra)  # type: ignore[arg-type]
+        kwargs = {
+            **_client_kwargs(options),
+            "event_hooks": _hooks(options, asynchronous=True),
+            **extra,
+        }
+        super().__init__(**kwargs)  # type: ignore[arg-type]
         self.rs_options = options
 
 

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
@@ -448,11 +447,6 @@ def test_a_hostile_dump_package_extracts_only_what_is_safe(tmp_path: Path) -> No
         assert not list((dest / ".resourcesync").glob("dump-*"))  # the download is cleaned up
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a dump member refused by extraction is counted failed, then fetched again by "
-    "GET in the same run and counted failed again: 4 bad resources report failed=8",
-)
 def test_each_refused_dump_member_is_counted_once(tmp_path: Path) -> None:
     with hand_source() as src:
         b = src.base

@@ -133,15 +133,13 @@ def test_baseline_and_incremental_from_resync_simulator(tmp_path: Path) -> None:
             assert listed[path].length == len(body)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (interop): a baseline taken before resync-simulator's first change is followed "
-    "by a gap: its Change List's `from` is the time of its first change, after our cursor, and "
-    "there is no archive, so every incremental reports a gap and exits 1",
-)
-def test_incremental_after_a_baseline_taken_before_the_first_change(tmp_path: Path) -> None:
-    """(With a deletion first, the simulator's Change List has no `from`: then there is no gap;
-    this test has it make an update.)"""
+def test_a_baseline_taken_before_the_first_change_meets_a_gap_and_baseline_recovers(
+    tmp_path: Path,
+) -> None:
+    """The simulator's Change List starts (`from`) at its first change, after a baseline taken
+    before it, and it keeps no archive: the time in between is not listed anywhere. That is a
+    gap — reported, exit 1, nothing half-applied — and `--baseline` recovers (fetching only
+    what differs). (With a deletion first its Change List has no `from`, hence the update.)"""
     dest = tmp_path / "dest"
     with simulator(tmp_path, 1, "update") as base:
         code, summary = cli_json("sync", base + "/", dest, "--timeout", "5")
@@ -150,5 +148,10 @@ def test_incremental_after_a_baseline_taken_before_the_first_change(tmp_path: Pa
             pytest.skip("the simulator changed before the baseline was done (a slow machine)")
         _wait_for_changes(base, 1, tmp_path)
         code, summary = cli_json("sync", base + "/", dest, "--delete", "--timeout", "5")
+        assert code == 1, str(summary)
+        assert summary["sets"][0]["gap"] and summary["sets"][0]["fetched"] == 0
+        code, summary = cli_json(
+            "sync", base + "/", dest, "--baseline", "--delete", "--timeout", "5"
+        )
         assert code == 0, str(summary)
         assert cli("audit", base + "/", dest).exit_code == 0

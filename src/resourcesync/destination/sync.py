@@ -18,7 +18,9 @@ pending, and a failed fetch is kept to be retried: nothing is silently lost.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -38,6 +40,7 @@ from ..http import (
     make_async_client,
     make_client,
     open_stream_async,
+    origin,
 )
 from ..model import Resource
 from ..sitemap import open_document, walk
@@ -228,13 +231,20 @@ class _Syncer:
         maps = [Mapping(info.base, dest.resolve())] if info.base else []
         maps += [Mapping(p, d.resolve()) for p, d in options.mappings]
         self.mirror = Mirror(dest, maps, fsync=options.fsync, dry_run=options.dry_run)
-        self.state = DestinationState(self.mirror.state_dir / STATE_FILE)
+        state_path = self.mirror.state_dir / STATE_FILE
+        self._scratch: str | None = None
+        if options.dry_run and not state_path.exists():
+            # A dry run creates nothing in DEST: a first run is planned on a scratch state.
+            self._scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
+            state_path = Path(self._scratch) / STATE_FILE
+        self.state = DestinationState(state_path)
         self.client = make_client(options.http)
-        self.source_hosts = {urlsplit(info.given).netloc.lower()} if info.base else set()
 
     def close(self) -> None:
         self.client.close()
         self.state.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     # -- per set ---------------------------------------------------------------------------
 
@@ -337,10 +347,40 @@ class _Syncer:
             report.problem(uri, f"refused: {exc.message}")
             return
         known = self.state.known(uri)
-        if known is not None and path.is_file() and _same(known.hashes, known.length, res):
+        if (
+            known is not None
+            and _same(known.hashes, known.length, res)
+            and self._intact(uri, path, known.length, res)
+        ):
             report.unchanged += 1
             return
         plan.add(uri, "fetch", res)
+
+    def _verified_copy(
+        self, uri: str, path: Path, length: int | None, hashes: dict[str, str]
+    ) -> bool:
+        """The local file has the length and (first known) digest we recorded for it."""
+        algos = [a for a in hashes if a in ("md5", "sha-1", "sha-256")][:1]
+        got = self.mirror.local_digests(uri, algos or ["md5"])
+        if got is None or (length is not None and got[0] != length):
+            return False
+        return not algos or got[1].get(algos[0]) == hashes[algos[0]]
+
+    def _intact(self, uri: str, path: Path, length: int | None, res: Resource) -> bool:
+        """Whether the local file is still what we wrote: its size always; its digest too
+        when a baseline was asked for (a repair run) and the Source gives one."""
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return False
+        if length is not None and size != length:
+            return False
+        if self.options.baseline and self.options.checksum and res.hashes:
+            algos = [a for a in res.hashes if a in ("md5", "sha-1", "sha-256")][:1]
+            if algos:
+                got = self.mirror.local_digests(uri, algos)
+                return got is not None and got[1].get(algos[0]) == res.hashes[algos[0]]
+        return True
 
     def _plan_extras(self, key: str, plan: _Plan, report: SetReport) -> None:
         """Resources we hold that the Source no longer lists: deleted with --delete, else kept
@@ -390,11 +430,16 @@ class _Syncer:
         plan.seen([e.loc for e in entries])
         for res, outcome in self.mirror.extract(zpath, entries):
             if isinstance(outcome, ResourceSyncError):
-                report.failed += 1
-                report.problem(res.loc, str(outcome.message))
-                self.state.fail(
-                    res.loc, {"length": res.length, "hashes": res.hashes}, outcome.message, key
-                )
+                # A member that cannot be used is fetched on its own instead (if its URI is
+                # safe); the package's problem is reported, not counted as a failure twice.
+                report.problem(res.loc, f"not taken from the package: {outcome.message}")
+                try:
+                    self.mirror.path_for(res.loc)
+                except UnsafePath as exc:
+                    report.refused += 1
+                    report.problem(res.loc, f"refused: {exc.message}")
+                    continue
+                plan.add(res.loc, "fetch", res)
                 continue
             report.fetched += 1
             report.bytes += outcome.length
@@ -412,9 +457,7 @@ class _Syncer:
     async def _download(self, package: Resource, target: Path) -> None:
         async with (
             make_async_client(self.options.http) as client,
-            open_stream_async(
-                package.loc, client=client, headers=self._headers(package.loc)
-            ) as response,
+            open_stream_async(package.loc, client=client) as response,
         ):
             size = 0
             with open(target, "wb") as f:
@@ -544,11 +587,6 @@ class _Syncer:
 
     # -- carrying the plan out -----------------------------------------------------------------
 
-    def _headers(self, uri: str) -> dict[str, str]:
-        if self.options.headers and urlsplit(uri).netloc.lower() in self.source_hosts:
-            return dict(self.options.headers)
-        return {}
-
     async def _fetch_all(self, plan: _Plan, key: str, report: SetReport) -> None:
         if self.options.dry_run:
             report.planned = plan.count("fetch")
@@ -603,7 +641,7 @@ class _Syncer:
         expected = {"length": res.length, "hashes": res.hashes}
         last_error = ""
         for attempt in (1, 2):
-            headers = self._headers(uri)
+            headers: dict[str, str] = {}
             known = self.state.known(uri)
             if known is not None and attempt == 1 and (self.mirror.dest / known.path).is_file():
                 if known.etag:
@@ -615,8 +653,14 @@ class _Syncer:
                     uri, client=client, headers=headers, accept=(304,)
                 ) as response:
                     if response.status_code == 304:
-                        if known is not None and (
-                            not res.hashes or _same(known.hashes, known.length, res)
+                        # Not modified at the Source; trusted only if our copy is still what
+                        # we wrote (and, when the list gives digests, what it describes).
+                        local = self.mirror.dest / known.path if known is not None else None
+                        if (
+                            known is not None
+                            and local is not None
+                            and (not res.hashes or _same(known.hashes, known.length, res))
+                            and self._verified_copy(uri, local, known.length, known.hashes)
                         ):
                             report.not_modified += 1
                             self.state.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
@@ -696,6 +740,21 @@ class _Syncer:
                 self.state.forget(uri)
 
 
+def _scoped(options: SyncOptions, source: str) -> SyncOptions:
+    """Credentials (`--header`, `--token`) go to the Source's own host on every request —
+    documents and resources — and to no other host."""
+    if not options.headers or options.http.scoped_headers:
+        return options
+    parts = urlsplit(source)
+    if not parts.hostname:
+        return options
+    hosts = frozenset({origin(parts.scheme, parts.hostname, parts.port)})
+    http = dataclasses.replace(
+        options.http, scoped_headers=dict(options.headers), scoped_hosts=hosts
+    )
+    return dataclasses.replace(options, http=http)
+
+
 def sync(
     source: str,
     dest: Path,
@@ -705,11 +764,12 @@ def sync(
 ) -> SyncReport:
     """Bring DEST in step with SOURCE (a site, a Source Description, a Capability List, a
     Resource List or Change List; a URL or a local file)."""
-    opts = options or SyncOptions()
+    opts = _scoped(options or SyncOptions(), source)
     started = time.monotonic()
     with make_client(opts.http) as client:
         info = discover(source, client=client, choose=opts.set)
-    dest.mkdir(parents=True, exist_ok=True)
+    if not opts.dry_run:
+        dest.mkdir(parents=True, exist_ok=True)
     syncer = _Syncer(info, dest, opts, progress)
     try:
         if not opts.dry_run:
@@ -768,7 +828,7 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
     """Compare DEST with the Source's current state: its Resource List plus the changes listed
     after the Resource List's `at`. Missing, extra and different resources (by digest when both
     sides have one, else by length)."""
-    opts = options or SyncOptions()
+    opts = _scoped(options or SyncOptions(), source)
     started = time.monotonic()
     with make_client(opts.http) as client:
         info = discover(source, client=client, choose=opts.set)
