@@ -154,3 +154,72 @@ class serve_on:
 
 
 _ = serve  # the ephemeral-port twin
+
+
+def test_a_file_changed_under_resourcesync_source_arrives_at_a_follower(tmp_path: Path) -> None:
+    """End to end with the real commands: `resourcesync source --hub` watches and republishes,
+    the hub relays, `follow` applies."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "page.html").write_text("v1")
+    site_port = free_port()
+    site = f"http://127.0.0.1:{site_port}/"
+    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub:
+        command = [
+            str(Path(sys.executable).parent / "resourcesync"),
+            "source",
+            str(data),
+            "--base-url",
+            site + "files/",
+            "--port",
+            str(site_port),
+            "--out",
+            str(tmp_path / "public"),
+            "--hub",
+            hub,
+            "--quiet-time",
+            "0.05",
+            "--log-level",
+            "warning",
+        ]
+        source = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: _answers(site + ".well-known/resourcesync"), timeout=20)
+            events: list[tuple[str, Any]] = []
+            stop = threading.Event()
+            dest = tmp_path / "copy"
+            follower = threading.Thread(
+                target=follow,
+                args=(site, dest, SyncOptions(), FollowOptions(listen=f"127.0.0.1:{free_port()}")),
+                kwargs={"on_event": lambda k, d: events.append((k, d)), "stop": stop},
+                daemon=True,
+            )
+            follower.start()
+            wait_for(lambda: any(k == "subscribed" for k, _ in events), timeout=20)
+            (data / "page.html").write_text("v2")
+            (data / "new.html").write_text("brand new")
+            wait_for(lambda: _read(dest / "files" / "page.html") == "v2", timeout=20)
+            wait_for(lambda: _read(dest / "files" / "new.html") == "brand new", timeout=20)
+            stop.set()
+            follower.join(timeout=15)
+        finally:
+            source.terminate()
+            source.wait(timeout=10)
+    assert [k for k, _ in events].count("applied") >= 1
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None

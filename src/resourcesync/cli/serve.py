@@ -130,7 +130,7 @@ def _publish_options(func: Any) -> Any:
 @click.option(
     "--quiet-time",
     type=click.FloatRange(min=0.01),
-    default=1.0,
+    default=0.1,
     show_default=True,
     help="Publish again once changes have paused this many seconds.",
 )
