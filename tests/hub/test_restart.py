@@ -31,7 +31,8 @@ def hub_process(db: Path, *extra: str) -> Iterator[tuple[str, subprocess.Popen[b
     args = [
         sys.executable,
         "-m",
-        "resourcesync.cli.hub",
+        "resourcesync",
+        "hub",
         "--port",
         str(port),
         "--db",

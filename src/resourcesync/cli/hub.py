@@ -215,7 +215,3 @@ def hub(
         pass
     finally:
         click.echo("resourcesync: hub stopped", err=True)
-
-
-if __name__ == "__main__":  # `python -m resourcesync.cli.hub`, before the command is registered
-    hub()
