@@ -151,6 +151,32 @@ class DestinationState:
         )
         self.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
 
+    def record_many(self, rows: list[tuple[Any, ...]]) -> None:
+        """Several `record` calls in one transaction (rows as `record`'s arguments)."""
+        if not rows:
+            return
+        with self.transaction():
+            self.db.executemany(
+                "INSERT OR REPLACE INTO resources (uri, path, length, hashes, lastmod, etag, "
+                "last_modified, set_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        uri,
+                        path,
+                        length,
+                        json.dumps(hashes, sort_keys=True),
+                        format_w3c(lastmod) if lastmod else None,
+                        etag,
+                        last_modified,
+                        set_key,
+                    )
+                    for uri, path, length, hashes, lastmod, etag, last_modified, set_key in rows
+                ],
+            )
+            uris = [(r[0],) for r in rows]
+            self.db.executemany("DELETE FROM failed WHERE uri = ?", uris)
+            self.db.executemany("DELETE FROM pending_deletes WHERE uri = ?", uris)
+
     def forget(self, uri: str) -> None:
         self.db.execute("DELETE FROM resources WHERE uri = ?", (uri,))
         self.db.execute("DELETE FROM pending_deletes WHERE uri = ?", (uri,))

@@ -238,6 +238,7 @@ class _Syncer:
             self._scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
             state_path = Path(self._scratch) / STATE_FILE
         self.state = DestinationState(state_path)
+        self._records: list[tuple[Any, ...]] = []
         self.client = make_client(options.http)
 
     def close(self) -> None:
@@ -632,6 +633,7 @@ class _Syncer:
             if pending:
                 await asyncio.gather(*pending)
         finally:
+            self._flush_records()
             for c in clients:
                 await c.aclose()
 
@@ -682,17 +684,22 @@ class _Syncer:
                             async for chunk in aiter_body(response, uri):
                                 inc.write(chunk)
                             written = inc.commit()
-                    self.state.record(
-                        uri,
-                        written.path.relative_to(self.mirror.dest).as_posix(),
-                        written.length,
-                        written.hashes,
-                        res.lastmod,
-                        response.headers.get("ETag"),
-                        response.headers.get("Last-Modified"),
-                        key,
+                    # Recorded in batches: a run killed before a batch is written fetches those
+                    # few again (the files themselves are in place and verified).
+                    self._records.append(
+                        (
+                            uri,
+                            written.path.relative_to(self.mirror.dest).as_posix(),
+                            written.length,
+                            written.hashes,
+                            res.lastmod,
+                            response.headers.get("ETag"),
+                            response.headers.get("Last-Modified"),
+                            key,
+                        )
                     )
-                    self.state.unpend(uri)
+                    if len(self._records) >= 256:
+                        self._flush_records()
                     report.fetched += 1
                     report.bytes += written.length
                     return
@@ -712,6 +719,10 @@ class _Syncer:
         report.failed += 1
         report.problem(uri, last_error)
         self.state.fail(uri, expected, last_error, key)
+
+    def _flush_records(self) -> None:
+        records, self._records = self._records, []
+        self.state.record_many(records)
 
     def _store(self, uri: str, length: int | None, hashes: dict[str, str], body: bytes) -> Written:
         with self.mirror.incoming(uri, length=length, hashes=hashes) as inc:
