@@ -223,3 +223,120 @@ def _read(path: Path) -> str | None:
         return path.read_text()
     except OSError:
         return None
+
+
+class FakeHub:
+    """A hub under the test's control: it verifies subscriptions with a short lease and lets
+    the test push notifications signed with the subscriber's own secret."""
+
+    def __init__(self, lease: int) -> None:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import Response
+        from starlette.routing import Route
+
+        self.lease = lease
+        self.subscriptions: list[dict[str, str]] = []
+
+        async def endpoint(request: Request) -> Response:
+            from urllib.parse import parse_qsl
+
+            body = await request.body()
+            if request.headers.get("content-type", "").startswith("application/xml"):
+                return Response(status_code=200)  # the Source's own notification: not relayed
+            form = dict(parse_qsl(body.decode()))
+            self.subscriptions.append(form)
+            threading.Thread(target=self._verify, args=(dict(form),), daemon=True).start()
+            return Response(status_code=202)
+
+        self.app = Starlette(routes=[Route("/", endpoint, methods=["POST"])])
+
+    def _verify(self, form: dict[str, Any]) -> None:
+        time.sleep(0.05)
+        params = {
+            "hub.mode": form["hub.mode"],
+            "hub.topic": form["hub.topic"],
+            "hub.challenge": "c-" + str(len(self.subscriptions)),
+            "hub.lease_seconds": str(self.lease),
+        }
+        httpx.get(form["hub.callback"], params=params, timeout=5)
+
+    def push(self, body: bytes) -> int:
+        import hashlib
+        import hmac
+
+        sub = next(s for s in reversed(self.subscriptions) if s["hub.mode"] == "subscribe")
+        signature = hmac.new(sub["hub.secret"].encode(), body, hashlib.sha256).hexdigest()
+        response = httpx.post(
+            sub["hub.callback"], content=body, headers={"X-Hub-Signature": f"sha256={signature}"}
+        )
+        return response.status_code
+
+
+def test_a_lost_notification_is_caught_up_and_the_lease_is_renewed(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a1")
+    (data / "b.txt").write_text("b1")
+    site_port = free_port()
+    site = f"http://127.0.0.1:{site_port}/"
+    hub = FakeHub(lease=2)
+    with serve(hub.app) as hub_base:
+        config = PublishConfig(
+            out=tmp_path / "out",
+            sets=[SetConfig("set1", data, site + "files/", hub=hub_base + "/")],
+            docs_url=site,
+        )
+        publish(config)
+        events: list[tuple[str, Any]] = []
+        stop = threading.Event()
+        dest = tmp_path / "copy"
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            follower = threading.Thread(
+                target=follow,
+                args=(site, dest, SyncOptions(), FollowOptions(listen=f"127.0.0.1:{free_port()}")),
+                kwargs={"on_event": lambda k, d: events.append((k, d)), "stop": stop},
+                daemon=True,
+            )
+            follower.start()
+            wait_for(lambda: any(k == "subscribed" for k, _ in events))
+            # Two changes are published, but the hub "loses" the first notification: the
+            # second one's `from` is after anything applied, so the follower catches up from
+            # the Change List (and so gets a.txt too).
+            (data / "a.txt").write_text("a2")
+            publish(config)
+            (data / "b.txt").write_text("b2")
+            publish(config)
+            from resourcesync.sitemap import read_document
+
+            _, changes = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+            first_payload = _payload(changes[:1], changes[0].datetime, changes[0].datetime)
+            assert hub.push(first_payload) == 200
+            wait_for(lambda: any(k == "applied" for k, _ in events))
+            later = changes[-1].datetime
+            gap_payload = _payload(changes[-1:], later, later)
+            assert hub.push(gap_payload) == 200
+            wait_for(lambda: (dest / "files" / "b.txt").read_text() == "b2")
+            assert (dest / "files" / "a.txt").read_text() == "a2"
+            assert any(k == "caught-up" for k, _ in events)
+            # The 2 s lease is renewed before it ends (at 80 %).
+            wait_for(
+                lambda: sum(1 for s in hub.subscriptions if s["hub.mode"] == "subscribe") >= 2,
+                timeout=5,
+            )
+            stop.set()
+            follower.join(timeout=15)
+    assert hub.subscriptions[-1]["hub.mode"] == "unsubscribe"
+
+
+def _payload(entries: list[Any], from_: Any, until: Any) -> bytes:
+    import io
+
+    from resourcesync.model import Document
+    from resourcesync.sitemap import write_document
+
+    out = io.BytesIO()
+    write_document(
+        out, Document(capability="change-notification", from_=from_, until=until), entries
+    )
+    return out.getvalue()
