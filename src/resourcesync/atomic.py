@@ -14,7 +14,7 @@ from types import TracebackType
 
 from .errors import ResourceSyncError
 
-__all__ = ["AtomicFile"]
+__all__ = ["AtomicFile", "fsync_dir"]
 
 
 class AtomicFile:
@@ -77,7 +77,7 @@ class AtomicFile:
             os.chmod(self.tmp, mode)
             os.replace(self.tmp, self.path)
             if self._fsync:
-                _fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
         except BaseException:
             self._remove()
             raise
@@ -110,7 +110,7 @@ class AtomicFile:
             self.abort()
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     """Make a rename durable: fsync the directory that holds the entry."""
     with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)

@@ -52,6 +52,7 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import SplitResult, urlsplit
 
+from ..atomic import fsync_dir
 from ..errors import ResourceSyncError
 from ..hashing import ALGORITHMS, MultiHasher, hash_file
 from ..model import Change, Resource
@@ -209,15 +210,6 @@ def _temp_prefix(name: str) -> str:
     """'.' + name, cut (on a character boundary) so the temporary name fits in 255 bytes."""
     data = name.encode("utf-8")[: MAX_NAME_BYTES - _TEMP_OVERHEAD]
     return "." + data.decode("utf-8", errors="ignore")
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class Mirror:
@@ -441,7 +433,7 @@ class Mirror:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(directory)
                     if self.fsync:
-                        _fsync_dir(directory.parent)
+                        fsync_dir(directory.parent)
         except OSError as exc:
             raise ResourceSyncError(
                 f"cannot create {directory}: {exc.strerror or exc}", source=uri
@@ -475,7 +467,7 @@ class Mirror:
                 f"cannot delete {path}: {exc.strerror or exc}", source=uri
             ) from None
         if self.fsync:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         current = path.parent
         while current != root.directory and _is_within(str(current), str(root.directory)):
             try:
@@ -483,7 +475,7 @@ class Mirror:
             except OSError:
                 break
             if self.fsync:
-                _fsync_dir(current.parent)
+                fsync_dir(current.parent)
             current = current.parent
         return True
 
@@ -733,7 +725,7 @@ class Incoming:
                     f"cannot put {self.path} in place: {exc.strerror or exc}", source=self.uri
                 ) from None
             if self._fsync:
-                _fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
         self._done = True
         self.written = Written(self.path, self._hasher.length, got)
         return self.written

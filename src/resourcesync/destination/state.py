@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ResourceSyncError
+from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
 
 __all__ = ["Cursor", "DestinationState", "Known"]
@@ -84,14 +84,7 @@ class Known:
 class DestinationState:
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.db = sqlite3.connect(path, timeout=30, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise StateError(f"cannot open the state: {exc}", source=str(path)) from None
+        self.db = connect(path, _SCHEMA, error=StateError)
 
     def close(self) -> None:
         self.db.close()
@@ -102,15 +95,8 @@ class DestinationState:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        return transaction(self.db)
 
     # -- resources -------------------------------------------------------------------------
 

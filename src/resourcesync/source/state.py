@@ -26,6 +26,7 @@ from ..errors import ResourceSyncError
 from ..hashing import MultiHasher, format_hashes, parse_hashes
 from ..model import Resource
 from ..sitemap.write import entry_xml
+from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
 from .inventory import Item
 
@@ -164,13 +165,7 @@ class SetState:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._clock = clock or (lambda: datetime.now(UTC))
-        try:
-            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise StateError(f"cannot open the state database: {exc}", source=str(path)) from None
+        self.db = connect(self.path, _SCHEMA, error=StateError)
         version = self.get("schema")
         if version is None:
             self.put("schema", str(SCHEMA_VERSION))
@@ -668,12 +663,5 @@ class SetState:
     def forget(self, row_id: int) -> None:
         self.db.execute("DELETE FROM archive WHERE id = ?", (row_id,))
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        return transaction(self.db)
