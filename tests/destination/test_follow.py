@@ -340,3 +340,71 @@ def _payload(entries: list[Any], from_: Any, until: Any) -> bytes:
         out, Document(capability="change-notification", from_=from_, until=until), entries
     )
     return out.getvalue()
+
+
+class hub_on:
+    """The real hub (lifespan on) on a chosen port, so that it can be restarted there."""
+
+    def __init__(self, db: Path, port: int) -> None:
+        self.db, self.port = db, port
+
+    def __enter__(self) -> str:
+        import uvicorn
+
+        from resourcesync.hub import create_app as create_hub
+
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        self.sock = sock
+        app = create_hub(fast_config(), self.db)
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, daemon=True
+        )
+        self.thread.start()
+        wait_for(lambda: self.server.started)
+        return f"http://127.0.0.1:{self.port}/"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()
+
+
+def test_following_survives_a_hub_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a1")
+    site_port, hub_port = free_port(), free_port()
+    site = f"http://127.0.0.1:{site_port}/"
+    hub_url = f"http://127.0.0.1:{hub_port}/"
+    config = PublishConfig(
+        out=tmp_path / "out",
+        sets=[SetConfig("set1", data, site + "files/", hub=hub_url)],
+        docs_url=site,
+    )
+    events: list[tuple[str, Any]] = []
+    stop = threading.Event()
+    dest = tmp_path / "copy"
+    with serve_on(create_app(tmp_path / "out"), site_port):
+        with hub_on(tmp_path / "hub.sqlite", hub_port):
+            publish(config)
+            follower = threading.Thread(
+                target=follow,
+                args=(site, dest, SyncOptions(), FollowOptions(listen=f"127.0.0.1:{free_port()}")),
+                kwargs={"on_event": lambda k, d: events.append((k, d)), "stop": stop},
+                daemon=True,
+            )
+            follower.start()
+            wait_for(lambda: any(k == "subscribed" for k, _ in events))
+        # The hub is down: the change is published, its notification kept for later.
+        (data / "a.txt").write_text("a2")
+        result = publish(config)
+        assert any("not accepted" in p for p in result.sets[0].problems)
+        with hub_on(tmp_path / "hub.sqlite", hub_port):
+            publish(config)  # nothing new: the kept notification goes out now
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a2", timeout=15)
+            stop.set()
+            follower.join(timeout=15)
+    assert not follower.is_alive()
