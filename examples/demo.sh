@@ -6,6 +6,15 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
+# Everything started or made here goes at the end, however the script ends.
+pids=()
+dirs=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for dir in "${dirs[@]}"; do rm -rf "$dir" || true; done
+}
+trap cleanup EXIT
+
 step "Validate the example Source, following every link down from its Source Description"
 resourcesync validate --follow examples/site/.well-known/resourcesync \
   --map http://example.org/=examples/site
@@ -26,7 +35,7 @@ echo "exit code: $?"
 set -e
 
 step "The main job, end to end: publish the bundled tree, serve it, and keep a copy in step"
-work=$(mktemp -d)
+work=$(mktemp -d); dirs+=("$work")
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 site="http://127.0.0.1:$port/"
 cp -r examples/resources "$work/resources"
@@ -35,8 +44,7 @@ resourcesync publish "$work/resources" --base-url "${site}files/" --out "$work/p
   --capabilities "$caps" --hash md5,sha-256
 resourcesync validate --follow "$work/public/.well-known/resourcesync" --map "$site=$work/public"
 resourcesync serve "$work/public" --port "$port" --log-level warning 2>"$work/serve.log" &
-server=$!
-trap 'kill $server 2>/dev/null; rm -rf "$work"' EXIT
+server=$!; pids+=("$server")
 python3 - "$site" <<'WAIT'
 import sys, time, urllib.request
 for _ in range(100):
@@ -66,21 +74,20 @@ resourcesync audit "$site" "$work/copy"
 
 step "Summary"
 echo "source: $(find "$work/resources" -type f | wc -l) files; copy: $(find "$work/copy" -type f -not -path '*/.resourcesync/*' | wc -l) files; audit: in sync"
-kill $server 2>/dev/null; wait $server 2>/dev/null || true
+kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
 
 step "Change Notification: a hub, a Source that notifies, a Destination that follows"
-work2=$(mktemp -d)
+work2=$(mktemp -d); dirs+=("$work2")
 free() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 hubport=$(free); siteport=$(free); cbport=$(free)
 hub="http://127.0.0.1:$hubport/"
 site2="http://127.0.0.1:$siteport/"
 cp -r examples/resources "$work2/resources"
 resourcesync hub --port "$hubport" --db "$work2/hub.sqlite" --allow-loopback --log-level warning &
-hubpid=$!
+hubpid=$!; pids+=("$hubpid")
 resourcesync publish "$work2/resources" --base-url "${site2}files/" --out "$work2/public" --hub "$hub"
 resourcesync serve "$work2/public" --port "$siteport" --log-level warning &
-sitepid=$!
-trap 'kill $hubpid $sitepid ${followpid:-} 2>/dev/null; rm -rf "$work2"' EXIT
+sitepid=$!; pids+=("$sitepid")
 python3 - "$site2" "$hub" <<'WAIT'
 import sys, time, urllib.request
 for url in sys.argv[1:]:
@@ -94,7 +101,7 @@ for url in sys.argv[1:]:
             time.sleep(0.1)
 WAIT
 resourcesync sync "$site2" "$work2/copy" --follow --listen "127.0.0.1:$cbport" --delete &
-followpid=$!
+followpid=$!; pids+=("$followpid")
 python3 - "$work2/copy/files/data/people.csv" <<'WAIT'
 import os, sys, time
 for _ in range(200):
@@ -117,12 +124,12 @@ else:
     sys.exit("the followed change did not arrive")
 WAIT
 tail -2 "$work2/copy/files/data/people.csv"
-kill -TERM $followpid; wait $followpid 2>/dev/null || true
-kill $hubpid $sitepid 2>/dev/null; wait $hubpid $sitepid 2>/dev/null || true
+kill -TERM "$followpid" 2>/dev/null || true; wait "$followpid" 2>/dev/null || true
+kill "$hubpid" "$sitepid" 2>/dev/null || true; wait "$hubpid" "$sitepid" 2>/dev/null || true
 
 step "LIRS: an EUC-JP antenna feed (encoding detected), converted to a Change List and validated"
 resourcesync lirs cat examples/lirs/antenna.eucjp.lirs
-out=$(mktemp -d)
+out=$(mktemp -d); dirs+=("$out")
 resourcesync lirs to-resourcesync examples/lirs/antenna.eucjp.lirs -o "$out/changelist.xml" \
   --capability-list http://antenna.example.jp/capabilitylist.xml --json
 resourcesync validate "$out/changelist.xml"
