@@ -47,7 +47,7 @@ from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..w3cdt import format_w3c, parse_w3c
 from .discover import SetInfo, SourceInfo, discover
-from .mirror import IntegrityError, Mapping, Mirror, UnsafePath, Written
+from .mirror import IntegrityError, Mapping, Mirror, UnsafePath
 from .state import Cursor, DestinationState
 
 __all__ = ["AuditReport", "SetReport", "SyncOptions", "SyncReport", "audit", "sync"]
@@ -55,8 +55,6 @@ __all__ = ["AuditReport", "SetReport", "SyncOptions", "SyncReport", "audit", "sy
 STATE_FILE = "state.sqlite"
 #: Connections per HTTP client in the transfer pipeline (see `_fetch_all`).
 POOL = 4
-#: Resources up to this size are received in memory and written by a worker thread.
-SMALL = 1 << 20
 EXAMPLES = 10
 
 
@@ -669,21 +667,12 @@ class _Syncer:
                             return
                         continue  # the Source says otherwise: fetch it unconditionally
                     hashes = res.hashes if self.options.checksum else {}
-                    declared = response.headers.get("Content-Length", "")
-                    small = declared.isdigit() and int(declared) <= SMALL
-                    if small:
-                        # Received in memory, written in a worker thread: creating and renaming
-                        # files costs the kernel a fraction of a millisecond each, which the
-                        # event loop should not wait for.
-                        body = b"".join([c async for c in aiter_body(response, uri)])
-                        written = await asyncio.to_thread(
-                            self._store, uri, res.length, hashes, body
-                        )
-                    else:
-                        with self.mirror.incoming(uri, length=res.length, hashes=hashes) as inc:
-                            async for chunk in aiter_body(response, uri):
-                                inc.write(chunk)
-                            written = inc.commit()
+                    # Written from the event loop: handing small files to worker threads was
+                    # measured to cost more (GIL hand-offs) than the file system calls it hid.
+                    with self.mirror.incoming(uri, length=res.length, hashes=hashes) as inc:
+                        async for chunk in aiter_body(response, uri):
+                            inc.write(chunk)
+                        written = inc.commit()
                     # Recorded in batches: a run killed before a batch is written fetches those
                     # few again (the files themselves are in place and verified).
                     self._records.append(
@@ -723,11 +712,6 @@ class _Syncer:
     def _flush_records(self) -> None:
         records, self._records = self._records, []
         self.state.record_many(records)
-
-    def _store(self, uri: str, length: int | None, hashes: dict[str, str], body: bytes) -> Written:
-        with self.mirror.incoming(uri, length=length, hashes=hashes) as inc:
-            inc.write(body)
-            return inc.commit()
 
     def _apply_deletes(self, plan: _Plan, key: str, report: SetReport) -> None:
         for uri, res in plan.rows("delete"):
