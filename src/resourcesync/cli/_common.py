@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
 
 from ..errors import ResourceSyncError
 from ..w3cdt import format_w3c
@@ -24,8 +23,10 @@ EXIT_FINDINGS = 1  # the command ran and found something wrong (errors, differen
 EXIT_ERROR = 2  # an input could not be read, a request failed, bad usage
 
 
-def stderr_console() -> Console:
+def stderr_console() -> Any:
     """Progress and messages go to stderr, so stdout stays clean for data and JSON."""
+    from rich.console import Console  # on first use: most runs print no progress
+
     return Console(stderr=True)
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from ..hashing import format_hashes
 from ..model import Document, Link, Resource
@@ -21,6 +20,20 @@ from ..sitemap.read import is_url
 from ..sitemap.rules import ERROR, Finding
 from ..w3cdt import format_w3c
 from ._common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, emit_json, handle_errors
+
+
+@functools.cache
+def _console() -> Any:
+    """rich, imported on first use (a listing in a pipe or a clean validation needs none)."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _mappings(values: tuple[str, ...]) -> list[Mapping]:
@@ -94,16 +107,15 @@ def validate(
 
     Exit 0 when there are no errors, 1 when there are, 2 when a target cannot be read.
     """
-    console = Console(highlight=False, soft_wrap=True)
 
     def show(f: Finding) -> None:
         if as_json or (errors_only and f.level != ERROR):
             return
         where = _where(f)
         colour = "red" if f.level == ERROR else "yellow"
-        entry = f" [dim](entry {escape(f.entry)})[/dim]" if f.entry else ""
-        console.print(
-            f"{escape(where)}: [{colour}]{f.level}[/{colour}]: {escape(f.message)}{entry}"
+        entry = f" [dim](entry {_escape(f.entry)})[/dim]" if f.entry else ""
+        _console().print(
+            f"{_escape(where)}: [{colour}]{f.level}[/{colour}]: {_escape(f.message)}{entry}"
         )
 
     with http_client(targets, timeout) as client:
@@ -231,7 +243,6 @@ def cat(
     capability, length, hashes, URI); with --json, JSON Lines.
     """
     tty = sys.stdout.isatty()
-    console = Console(highlight=False, soft_wrap=True)
     with http_client([target], timeout) as client:
         for visit in walk(
             target,
@@ -252,12 +263,13 @@ def cat(
                     emit_json(resource_json(res))
                 continue
             if tty:
+                console = _console()
                 _print_header(console, doc, visit.name)
                 for _, res in visit.entries():
                     when, change, length, hashes, loc = _row(res).split("\t")
                     console.print(
-                        f"{when:<27} {change:<22} {length:>10}  {escape(loc)}"
-                        + (f"  [dim]{escape(hashes)}[/dim]" if hashes != "-" else "")
+                        f"{when:<27} {change:<22} {length:>10}  {_escape(loc)}"
+                        + (f"  [dim]{_escape(hashes)}[/dim]" if hashes != "-" else "")
                     )
             else:
                 out = sys.stdout
@@ -265,7 +277,7 @@ def cat(
                     out.write(_row(res) + "\n")
 
 
-def _print_header(console: Console, doc: Document, name: str) -> None:
+def _print_header(console: Any, doc: Document, name: str) -> None:
     kind = f"{doc.capability or '?'}{' index' if doc.index else ''}"
     times = " ".join(
         f"{k}={format_w3c(v)}"
@@ -277,9 +289,9 @@ def _print_header(console: Console, doc: Document, name: str) -> None:
         )
         if v is not None
     )
-    console.print(f"[bold]{escape(name)}[/bold]: {escape(kind)} {times}")
+    console.print(f"[bold]{_escape(name)}[/bold]: {_escape(kind)} {times}")
     for ln in doc.links:
-        console.print(f"  [dim]{escape(ln.rel)}[/dim] {escape(ln.href)}")
+        console.print(f"  [dim]{_escape(ln.rel)}[/dim] {_escape(ln.href)}")
 
 
 __all__ = ["cat", "validate"]

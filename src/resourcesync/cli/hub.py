@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-import uvicorn
 
 from ._common import handle_errors
 
@@ -190,6 +188,10 @@ def hub(
     )
     app = create_app(config, db, path=url_path)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(message)s")
+    import asyncio
+
+    import uvicorn
+
     uvicorn_config = uvicorn.Config(
         app,
         host=host,

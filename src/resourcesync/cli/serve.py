@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 from collections.abc import Coroutine
 from pathlib import Path
@@ -10,7 +9,6 @@ from typing import Any
 from urllib.parse import quote
 
 import click
-import uvicorn
 
 from ..errors import ResourceSyncError
 from ._common import fail, handle_errors
@@ -56,7 +54,9 @@ def _parse_resources(values: tuple[str, ...]) -> dict[str | None, Path]:
     return out
 
 
-def _uvicorn(app: Any, host: str, port: int, log_level: str) -> uvicorn.Server:
+def _uvicorn(app: Any, host: str, port: int, log_level: str) -> Any:
+    import uvicorn
+
     config = uvicorn.Config(
         app, host=host, port=port, log_level=log_level, lifespan="off", server_header=False
     )
@@ -66,6 +66,8 @@ def _uvicorn(app: Any, host: str, port: int, log_level: str) -> uvicorn.Server:
 def _run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
     """Run the server; Ctrl-C is the ordinary way to stop it (exit 0, like http.server)."""
     try:
+        import asyncio
+
         asyncio.run(main)
     except KeyboardInterrupt:
         click.echo("resourcesync: stopped", err=True)
@@ -194,6 +196,8 @@ def source(
         + ", ".join(str(s.dir) for s in config.sets),
         err=True,
     )
+
+    import asyncio
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -5,14 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..destination.sync import SyncOptions, SyncReport
-from ..destination.sync import audit as run_audit
-from ..destination.sync import sync as run_sync
-from ..http import HttpOptions, RetryPolicy
 from ._common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -22,6 +18,12 @@ from ._common import (
     show_progress,
     stderr_console,
 )
+
+if TYPE_CHECKING:
+    from ..destination.sync import SyncOptions, SyncReport
+
+# The engine (httpx, asyncio, SQLite) is imported when a command runs, not when the command
+# line starts: `resourcesync validate` should not pay for `sync`.
 
 
 def _mappings(values: tuple[str, ...]) -> list[tuple[str, Path]]:
@@ -95,6 +97,9 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _options(**o: Any) -> SyncOptions:
+    from ..destination.sync import SyncOptions
+    from ..http import HttpOptions, RetryPolicy
+
     retry = RetryPolicy(retries=o.get("retries", 3))
     http = HttpOptions(
         timeout=o.get("timeout", 30.0),
@@ -212,6 +217,8 @@ def sync(
     The first run is a baseline; later runs are incremental from where the last one stopped.
     Exit 0 when everything was applied, 1 when something failed or was refused, 2 on error.
     """
+    from ..destination.sync import sync as run_sync
+
     opts = _options(**o)
     if follow:
         _follow(source, dest, opts, as_json, listen, callback_url, lease, poll_interval, duration)
@@ -271,7 +278,7 @@ def _follow(
                 }
             )
             sys.stdout.flush()
-        elif isinstance(detail, SyncReport):
+        elif hasattr(detail, "sets") and hasattr(detail, "dry_run"):
             _summary(detail)
         else:
             click.echo(f"resourcesync: {kind}: {detail}", err=True)
@@ -304,6 +311,8 @@ def audit(source: str, dest: Path, as_json: bool, **o: Any) -> None:
     if not dest.is_dir():
         click.echo(f"resourcesync: {dest}: no such directory", err=True)
         sys.exit(EXIT_ERROR)
+    from ..destination.sync import audit as run_audit
+
     report = run_audit(source, dest, _options(**o))
     if as_json:
         emit_json(report.to_json())
