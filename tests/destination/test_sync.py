@@ -535,6 +535,21 @@ def test_baseline_repairs_files_changed_locally(tmp_path: Path) -> None:
         assert tree(dest) == files
 
 
+def test_audit_finds_files_no_uri_accounts_for(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, {"a.txt": b"a"}) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        (dest / "stray.txt").write_bytes(b"put here by hand")
+        (dest / ".a.txt.0123abcd.part").write_bytes(b"a killed run's leftover")
+        code, report = cli_json("audit", src.root, dest)
+        assert code == 1
+        assert (report["expected"], report["in_sync"], report["extra"]) == (1, 1, 1)
+        (example,) = report["examples"]["extra"]
+        assert example.startswith("file ") and example.endswith("stray.txt")
+        (dest / "stray.txt").unlink()
+        assert cli("audit", src.root, dest).exit_code == 0
+
+
 def test_audit_exit_2_on_error(tmp_path: Path) -> None:
     (tmp_path / "dest").mkdir()
     with published_source(tmp_path, {"a.txt": b"a"}) as src:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -838,6 +839,8 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
         )
         for s in info.sets:
             _expected_state(s, db, client)
+        # Every local path accounted for (expected, or already reported as extra).
+        db.execute("CREATE TABLE accounted (path TEXT PRIMARY KEY)")
         state_path = mirror.state_dir / STATE_FILE
         if state_path.exists():
             with DestinationState(state_path) as state:
@@ -847,9 +850,14 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
                     ).fetchone()
                     if row is None or row[0]:
                         try:
-                            if mirror.path_for(known.uri).is_file():
+                            extra_path = mirror.path_for(known.uri)
+                            if extra_path.is_file():
                                 report.extra += 1
                                 report.note("extra", known.uri)
+                                db.execute(
+                                    "INSERT OR IGNORE INTO accounted VALUES (?)",
+                                    (str(extra_path),),
+                                )
                         except UnsafePath:
                             pass
         for uri, length, hashes in db.execute(
@@ -862,6 +870,7 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
                 report.missing += 1
                 report.note("missing", uri)
                 continue
+            db.execute("INSERT OR IGNORE INTO accounted VALUES (?)", (str(path),))
             if not path.is_file():
                 report.missing += 1
                 report.note("missing", uri)
@@ -882,8 +891,28 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
             else:
                 report.different += 1
                 report.note("different", uri)
+        # Files in DEST that no URI of the Source accounts for (put there by hand, or left by
+        # another tool): extra too, named by their local path.
+        for path in _local_files(mirror.dest, mirror.state_dir):
+            if db.execute("SELECT 1 FROM accounted WHERE path = ?", (str(path),)).fetchone():
+                continue
+            report.extra += 1
+            report.note("extra", f"file {path}")
     report.seconds = time.monotonic() - started
     return report
+
+
+def _local_files(root: Path, state_dir: Path) -> Iterator[Path]:
+    """Regular files under root, the state folder and our temporary files left out."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        if Path(dirpath) == root:
+            dirnames[:] = [d for d in dirnames if root / d != state_dir]
+        for name in filenames:
+            if name.startswith(".") and name.endswith(".part"):
+                continue
+            path = Path(dirpath) / name
+            if path.is_file():
+                yield path
 
 
 def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any) -> None:
