@@ -153,8 +153,8 @@ FAR = datetime(2030, 1, 1, tzinfo=UTC)
 class serve_on:
     """`tests.servers.serve`, on a chosen port (the Source's URLs are fixed at publication)."""
 
-    def __init__(self, app: Any, port: int) -> None:
-        self.app, self.port = app, port
+    def __init__(self, app: Any, port: int, lifespan: str = "off") -> None:
+        self.app, self.port, self.lifespan = app, port, lifespan
 
     def __enter__(self) -> str:
         import uvicorn
@@ -163,7 +163,8 @@ class serve_on:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
         self.sock = sock
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off"))
+        config = uvicorn.Config(self.app, log_level="warning", lifespan=self.lifespan)
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [sock]}, daemon=True
         )
@@ -349,34 +350,11 @@ def _payload(entries: list[Any], from_: Any, until: Any) -> bytes:
     return out.getvalue()
 
 
-class hub_on:
-    """The real hub (lifespan on) on a chosen port, so that it can be restarted there."""
+def hub_on(db: Path, port: int) -> serve_on:
+    """The real hub (lifespan on: its delivery workers) on a chosen port, to restart it there."""
+    from resourcesync.hub import create_app as create_hub
 
-    def __init__(self, db: Path, port: int) -> None:
-        self.db, self.port = db, port
-
-    def __enter__(self) -> str:
-        import uvicorn
-
-        from resourcesync.hub import create_app as create_hub
-
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.port))
-        self.sock = sock
-        app = create_hub(fast_config(), self.db)
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [sock]}, daemon=True
-        )
-        self.thread.start()
-        wait_for(lambda: self.server.started)
-        return f"http://127.0.0.1:{self.port}/"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-        self.sock.close()
+    return serve_on(create_hub(fast_config(), db), port, lifespan="on")
 
 
 def test_following_survives_a_hub_restart(tmp_path: Path) -> None:

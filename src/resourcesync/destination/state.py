@@ -226,9 +226,6 @@ class DestinationState:
             (uri, format_w3c(when) if when else None, set_key),
         )
 
-    def unpend(self, uri: str) -> None:
-        self.db.execute("DELETE FROM pending_deletes WHERE uri = ?", (uri,))
-
     def pending_deletes(self, set_key: str | None = None) -> list[str]:
         if set_key is None:
             rows = self.db.execute("SELECT uri FROM pending_deletes ORDER BY uri")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -525,10 +525,3 @@ def _remove_parts_from(target: Path, first: int) -> None:
             return
         p.unlink()
         number += 1
-
-
-def iter_parts(result: SplitResult) -> Iterator[Path]:
-    """The files a split write produced, index (or single document) last."""
-    for part in result.parts:
-        yield part.path
-    yield result.path
