@@ -29,7 +29,8 @@ RS_NS = "http://www.openarchives.org/rs/terms/"
 
 
 class Capability(StrEnum):
-    """The `capability` values of core 1.1, the Archives spec and Change Notification."""
+    """The `capability` values of core 1.1, the Archives spec, Change Notification and Framework
+    Notification."""
 
     DESCRIPTION = "description"
     CAPABILITYLIST = "capabilitylist"
@@ -44,6 +45,7 @@ class Capability(StrEnum):
     CHANGELIST_ARCHIVE = "changelist-archive"
     CHANGEDUMP_ARCHIVE = "changedump-archive"
     CHANGE_NOTIFICATION = "change-notification"
+    FRAMEWORK_NOTIFICATION = "framework-notification"
 
 
 class Change(StrEnum):

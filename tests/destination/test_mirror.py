@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from resourcesync.destination.mirror import (
+    MAX_PATH_BYTES,
     IntegrityError,
     Mapping,
     Mirror,
@@ -277,8 +278,13 @@ def test_long_names_and_paths(mirror: Mirror, dest: Path) -> None:
         mirror.path_for(f"{HOST}/{'a' * 250}?{'q' * 10}")
     with pytest.raises(UnsafePath, match="4096 bytes"):
         mirror.path_for(f"{HOST}/" + "/".join(["b" * 200] * 21))
+    # A relative path within the 4,096-byte limit whose absolute path (DEST + temporary name)
+    # is not: built to the byte, so it does not depend on how long DEST's own path is.
+    segments = ["b" * 200] * 20
+    segments.append("c" * (MAX_PATH_BYTES - 4 - len("/".join(segments)) - 1))
+    assert len("/".join(segments)) == MAX_PATH_BYTES - 4
     with pytest.raises(UnsafePath, match="too long"):
-        mirror.path_for(f"{HOST}/" + "/".join(["b" * 200] * 20))
+        mirror.path_for(f"{HOST}/" + "/".join(segments))
 
 
 def test_a_long_name_gets_a_temporary_name_that_fits(mirror: Mirror, dest: Path) -> None:
