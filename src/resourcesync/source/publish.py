@@ -512,10 +512,15 @@ class _SetPublisher:
         archive_link = Link(rel="archives", href=self.link_url("changelist-archive.xml"))
         index_link = Link(rel="index", href=self.link_url("changelist.xml"))
         closed = [r for r in lists if r.until is not None]
-        # Closed lists are written once (again only if a crash left one out).
+        # A list is written under its final name while it is open, so a list closed since it
+        # was last written must be written again, now with its `until` and every entry up to
+        # it. The state remembers the last list written closed (after it was written): a run
+        # killed in between writes it again. A state without the mark rewrites every closed
+        # list once, which repairs a tree published before the mark existed.
+        written = int(state.get("cl_closed_written") or 0)
         for row in closed:
             name = self._cl_name(row)
-            if not self.path(name).exists():
+            if row.id > written or not self.path(name).exists():
                 doc = self.doc(
                     Capability.CHANGELIST,
                     from_=row.from_,
@@ -523,6 +528,8 @@ class _SetPublisher:
                     links=[self.up, index_link],
                 )
                 self.write(name, doc, state.changes(row.first_seq, row.last_seq))
+        if closed and closed[-1].id > written:
+            state.put("cl_closed_written", str(closed[-1].id))
         count = state.count_changes(open_row.first_seq)
         if closed:
             # The open list lives among the others; changelist.xml becomes their index.

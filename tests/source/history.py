@@ -1,0 +1,140 @@
+"""Checks of a published history, read back with our reader (issue 16).
+
+`check_history` replays the published Change Lists (through the index and the archive) onto each
+published Resource List and compares the result with the latest Resource List; it also checks the
+structure: closed lists carry `until` equal to the next list's `from`, exactly one list is open,
+every change appears in exactly one list, change times are strictly increasing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from resourcesync.model import Resource
+from resourcesync.sitemap import read_document
+
+__all__ = ["Clock", "History", "check_history", "read_history", "replay"]
+
+State = dict[str, tuple[int | None, str | None]]
+
+
+class Clock:
+    """A clock the tests move by hand (microsecond steps in between, as a real one would)."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(microseconds=7)
+        return self.now
+
+
+@dataclass
+class History:
+    """What a reader finds in a published set."""
+
+    resourcelist: tuple[datetime, State]
+    archived: list[tuple[datetime, State]]
+    changes: list[Resource]
+    lists: list[tuple[datetime | None, datetime | None, int]]
+
+
+def _local(out: Path, docs: str, url: str) -> Path:
+    assert url.startswith(docs), url
+    return out / url.removeprefix(docs)
+
+
+def _state(entries: list[Resource]) -> State:
+    return {e.loc: (e.length, e.hashes.get("md5")) for e in entries}
+
+
+def _read_list(out: Path, docs: str, path: Path) -> tuple[datetime, State]:
+    doc, entries = read_document(path)
+    assert doc.at is not None, path
+    if doc.index:
+        parts: list[Resource] = []
+        for part in entries:
+            _, more = read_document(_local(out, docs, part.loc))
+            parts += more
+        entries = parts
+    return doc.at, _state(entries)
+
+
+def read_history(out: Path, docs: str, name: str) -> History:
+    """Read a set's Resource Lists and Change Lists as a Destination would find them."""
+    base = out / name
+    latest = _read_list(out, docs, base / "resourcelist.xml")
+    _, earlier = read_document(base / "resourcelist-archive.xml")
+    archived = [_read_list(out, docs, _local(out, docs, e.loc)) for e in earlier]
+    doc, entries = read_document(base / "changelist.xml")
+    lists: list[tuple[datetime | None, datetime | None, int]] = []
+    changes: list[Resource] = []
+    if doc.index:
+        _, closed = read_document(base / "changelist-archive.xml")
+        in_index = [e.loc for e in entries]
+        assert [e.loc for e in closed] == in_index[: len(closed)], "archive ≠ index"
+        for e in entries:
+            child, items = read_document(_local(out, docs, e.loc))
+            assert child.capability == "changelist" and not child.index
+            assert (child.from_, child.until) == (e.from_, e.until), e.loc
+            lists.append((child.from_, child.until, len(items)))
+            changes += items
+    else:
+        lists.append((doc.from_, doc.until, len(entries)))
+        changes += entries
+    return History(latest, archived, changes, lists)
+
+
+def replay(start: State, changes: list[Resource], after: datetime) -> State:
+    state = dict(start)
+    for c in changes:
+        assert c.datetime is not None
+        if c.datetime <= after:
+            continue
+        if c.change == "deleted":
+            state.pop(c.loc, None)
+        else:
+            state[c.loc] = (c.length, c.hashes.get("md5"))
+    return state
+
+
+def check_history(out: Path, docs: str, name: str, *, archived: bool = True) -> History:
+    """Assert the invariants of issue 16 on what is published now. `archived`: also replay from
+    every archived Resource List (holds between runs; right after a kill only the latest
+    Resource List is certain to have its changes published)."""
+    h = read_history(out, docs, name)
+    open_lists = [x for x in h.lists if x[1] is None]
+    assert len(open_lists) == 1 and h.lists[-1][1] is None, h.lists
+    for (_, until, _), (from_, _, _) in itertools.pairwise(h.lists):
+        assert until is not None and until == from_, h.lists
+    times = [c.datetime for c in h.changes]
+    assert all(t is not None for t in times)
+    assert all(a < b for a, b in itertools.pairwise(times)), "change times not increasing"  # type: ignore[operator]
+    # Each change lies inside the interval of the list that holds it (so in exactly one).
+    position = 0
+    for from_, until, count in h.lists:
+        for c in h.changes[position : position + count]:
+            assert c.datetime is not None and from_ is not None
+            assert from_ <= c.datetime, (c.loc, c.datetime, from_)
+            assert until is None or c.datetime <= until, (c.loc, c.datetime, until)
+        position += count
+    at, latest = h.resourcelist
+    assert replay(latest, h.changes, at) == latest, "changes after the latest Resource List"
+    if archived:
+        for t, state in h.archived:
+            got = replay(state, h.changes, t)
+            assert got == latest, _diff(got, latest)
+    return h
+
+
+def _diff(got: State, want: State) -> str:
+    keys = sorted(set(got) | set(want))
+    lines = [
+        f"{k}: replayed {got.get(k)} published {want.get(k)}"
+        for k in keys
+        if got.get(k) != want.get(k)
+    ]
+    return "; ".join(lines[:10])
