@@ -4,7 +4,10 @@ Resource List's `at` giving the latest Resource List."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
+import threading
 from pathlib import Path
 
 from resourcesync.sitemap import read_document
@@ -51,3 +54,66 @@ def test_every_closed_change_list_carries_until_and_all_of_its_entries(tmp_path:
     for before, after in itertools.pairwise(lists):
         assert before.until is not None and before.until == after.from_
     check_history(tmp_path / "out", DOCS, "set1")
+
+
+def test_a_file_rewritten_within_its_timestamp_is_read_again(tmp_path: Path) -> None:
+    """Same size, same mtime (a write within the granularity of the file system's clock): the
+    run that read the file just after it was written recorded it as racy, so the next run reads
+    it again and publishes the update."""
+    data = tmp_path / "data"
+    data.mkdir()
+    f = data / "a.txt"
+    f.write_bytes(b"one")
+    clock = Clock()
+    cfg = config(tmp_path)
+    publish(cfg, clock=clock)
+    f.write_bytes(b"two")
+    publish(cfg, clock=clock)
+    st = f.stat()
+    f.write_bytes(b"six")  # the same size…
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # …and the same mtime as before
+    scan = publish(cfg, clock=clock).sets[0].scan
+    assert scan.updated == 1
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    assert h.resourcelist[1][BASE + "a.txt"] == (3, hashlib.md5(b"six").hexdigest())
+
+
+class _Rewriter(threading.Thread):
+    """Rewrites one file over and over (other sizes, other bytes) until stopped."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            self.path.write_bytes(b"x" * (n % 5000) + str(n).encode())
+
+
+def test_a_file_written_during_the_scan_is_published_with_the_bytes_that_were_hashed(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(300):
+        (data / f"f{i:03d}.txt").write_bytes(b"y" * i)
+    clock = Clock()
+    cfg = config(tmp_path)
+    publish(cfg, clock=clock)
+    writer = _Rewriter(data / "f150.txt")
+    writer.start()
+    try:
+        for _ in range(5):
+            publish(cfg, clock=clock)
+            check_history(tmp_path / "out", DOCS, "set1")
+    finally:
+        writer.stop.set()
+        writer.join()
+    publish(cfg, clock=clock)  # the writes have stopped: this run sees the last bytes
+    publish(cfg, clock=clock)
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    last = (data / "f150.txt").read_bytes()
+    assert h.resourcelist[1][BASE + "f150.txt"] == (len(last), hashlib.md5(last).hexdigest())

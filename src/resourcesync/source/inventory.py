@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import quote
 
-__all__ = ["DirectoryInventory", "Inventory", "Item", "ScanStats", "guess_type", "path_to_uri"]
+__all__ = [
+    "DirectoryInventory",
+    "Inventory",
+    "Item",
+    "ScanStats",
+    "file_fingerprint",
+    "guess_type",
+    "path_to_uri",
+]
 
 # The built-in table only: the system's /etc/mime.types differs between machines, and the same
 # tree must describe itself the same way wherever it is published.
@@ -54,6 +62,11 @@ def guess_type(name: str) -> str:
         if len(_BY_SUFFIX) < 4096:
             _BY_SUFFIX[suffix] = kind
     return kind
+
+
+def file_fingerprint(st: os.stat_result) -> str:
+    """A file's fingerprint: what changes whenever its bytes may have changed."""
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
 
 
 def path_to_uri(base_url: str, relpath: str) -> str:
@@ -128,6 +141,14 @@ class Item:
         if self._type is None:
             self._type = guess_type(self.key.rpartition("/")[2])
         return self._type
+
+    def restat(self, fingerprint: str, length: int, mtime_ns: int) -> None:
+        """Describe the item by a later look at it (the one its bytes were read under)."""
+        self.fingerprint = fingerprint
+        self.length = length
+        if mtime_ns != self.mtime_ns:
+            self.mtime_ns = mtime_ns
+            self._lastmod = None
 
     def modified(self) -> datetime:
         """The resource's last modification time."""
@@ -254,7 +275,7 @@ class DirectoryInventory:
             stats.files += 1
             yield Item(
                 rel,
-                f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}",
+                file_fingerprint(st),
                 st.st_size,
                 partial(_open_binary, entry.path),
                 uri_fn=partial(_file_uri, uri_prefix, name),

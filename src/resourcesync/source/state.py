@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,7 +29,7 @@ from ..model import Resource
 from ..sitemap.write import entry_xml
 from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
-from .inventory import Item
+from .inventory import Item, file_fingerprint
 
 __all__ = ["ChangeListRow", "ScanResult", "SetState", "StateError"]
 
@@ -96,10 +97,27 @@ CREATE TABLE IF NOT EXISTS archive (
 );
 """
 TICK = timedelta(microseconds=1)
+#: A file modified less than this before it was read may be written again within the
+#: granularity of its timestamp, its size unchanged: its fingerprint is recorded as racy, so the
+#: next run reads it again (git's "racily clean" entries).
+RACY_NS = 2_000_000_000
+#: A resource whose published bytes may differ from its recorded digests (a dump packaged other
+#: bytes than the scan hashed): the next scan reads it and journals it as updated.
+DIRTY = "dirty"
+_READ_ATTEMPTS = 4
 
 
 class StateError(ResourceSyncError):
     """The state database cannot be used (locked by another run, newer format, corrupt)."""
+
+
+def _same_file_state(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_size, a.st_mtime_ns, a.st_ctime_ns, a.st_ino) == (
+        b.st_size,
+        b.st_mtime_ns,
+        b.st_ctime_ns,
+        b.st_ino,
+    )
 
 
 def _dt(text: str | None) -> datetime | None:
@@ -395,7 +413,7 @@ class SetState:
                 same = length == old_length and all(
                     stored.get(a) == v for a, v in hashes.items() if a in stored
                 )
-                if same:
+                if same and old_fp != DIRTY:
                     # Touched, copied back, or new algorithms: not a change.
                     result.touched += 1
                     upsert(
@@ -445,27 +463,58 @@ class SetState:
         if item.hashes and all(a in item.hashes for a in algorithms):
             return item.length, {a: item.hashes[a] for a in algorithms}
         result.rehashed += 1
-        hasher = MultiHasher(algorithms)
         try:
-            if item.fspath is not None and item.length < (1 << 20):
-                # A small file in one read (and one more only if it grew meanwhile).
-                fd = os.open(item.fspath, os.O_RDONLY)
-                try:
-                    while chunk := os.read(fd, max(item.length + 1, 65536)):
-                        hasher.update(chunk)
-                        if len(chunk) <= item.length and hasher.length == item.length:
-                            break
-                finally:
-                    os.close(fd)
-            else:
-                with item.open() as f:
-                    while chunk := f.read(1 << 20):
-                        hasher.update(chunk)
+            if item.fspath is not None:
+                return self._hash_file(item, algorithms, result)
+            hasher = MultiHasher(algorithms)
+            with item.open() as f:
+                while chunk := f.read(1 << 20):
+                    hasher.update(chunk)
         except OSError as exc:
             # Unreadable now (permissions, vanished): left as it was, reported, tried next run.
             result.problems.append(f"{item.key}: {exc.strerror or exc}")
             return None
         return hasher.length, hasher.hexdigests()
+
+    def _hash_file(
+        self, item: Item, algorithms: tuple[str, ...], result: ScanResult
+    ) -> tuple[int, dict[str, str]] | None:
+        """Hash a file and describe it by the stat of the bytes that were hashed: the file is
+        read between two `fstat`s, again while they differ (it was written meanwhile), and the
+        item's fingerprint, length and modification time become those of the second one. A
+        file modified just before it was read gets a racy fingerprint (read again next run)."""
+        assert item.fspath is not None
+        for _ in range(_READ_ATTEMPTS):
+            hasher = MultiHasher(algorithms)
+            fd = os.open(item.fspath, os.O_RDONLY)
+            try:
+                before = os.fstat(fd)
+                size = before.st_size
+                step = size + 1 if size < (1 << 20) else 1 << 20
+                while chunk := os.read(fd, step):
+                    hasher.update(chunk)
+                    if len(chunk) <= size and hasher.length == size and step > size:
+                        break  # a small file in one read
+                after = os.fstat(fd)
+            finally:
+                os.close(fd)
+            if _same_file_state(before, after) and hasher.length == after.st_size:
+                break
+        else:
+            result.problems.append(f"{item.key}: changing while it was read; tried next run")
+            return None
+        fingerprint = file_fingerprint(after)
+        if time.time_ns() - after.st_mtime_ns < RACY_NS:
+            fingerprint = "racy:" + fingerprint
+        item.restat(fingerprint, after.st_size, after.st_mtime_ns)
+        return hasher.length, hasher.hexdigests()
+
+    def mark_dirty(self, keys: Iterable[str]) -> None:
+        """Resources whose published bytes may differ from their recorded digests: the next
+        scan reads them again and journals each as updated."""
+        self.db.executemany(
+            "UPDATE resources SET fingerprint = ? WHERE key = ?", ((DIRTY, k) for k in keys)
+        )
 
     # -- reading ---------------------------------------------------------------------------
 
