@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import statistics
 import threading
@@ -12,7 +13,8 @@ from typing import Any
 
 import httpx
 
-from resourcesync.destination.subscribe import FollowOptions, follow
+from resourcesync.destination.subscribe import FollowOptions
+from resourcesync.destination.subscribe import follow as run_follow
 from resourcesync.destination.sync import SyncOptions
 from resourcesync.http import HttpOptions, RetryPolicy
 from resourcesync.model import Resource
@@ -46,14 +48,15 @@ class Follower:
         options: SyncOptions | None = None,
         listen: int | None = None,
         lease: int = 86400,
+        **more: Any,
     ) -> None:
         self.events: list[tuple[str, Any]] = []
         self.stop = threading.Event()
         follow_options = FollowOptions(
-            listen=f"127.0.0.1:{listen or free_port()}", lease_seconds=lease
+            listen=f"127.0.0.1:{listen or free_port()}", lease_seconds=lease, **more
         )
         self.thread = threading.Thread(
-            target=follow,
+            target=run_follow,
             args=(site, dest, options or SyncOptions(), follow_options),
             kwargs={"on_event": lambda k, d: self.events.append((k, d)), "stop": self.stop},
             daemon=True,
@@ -66,6 +69,20 @@ class Follower:
     def subscribed(self, timeout: float = 10.0) -> dict[str, Any]:
         wait_for(lambda: "subscribed" in self.kinds(), timeout=timeout)
         return next(d for k, d in self.events if k == "subscribed")
+
+    def details(self, kind: str) -> list[Any]:
+        return [d for k, d in list(self.events) if k == kind]
+
+    def wait_event(self, kind: str, match: Any = None, timeout: float = 10.0) -> Any:
+        """The first `kind` event (after those already matched by `match`, a predicate)."""
+        found: list[Any] = []
+
+        def seen() -> bool:
+            found[:] = [d for d in self.details(kind) if match is None or match(d)]
+            return bool(found)
+
+        wait_for(seen, timeout=timeout)
+        return found[0]
 
     def finish(self) -> None:
         self.stop.set()
@@ -133,13 +150,14 @@ def test_unsigned_and_forged_notifications_are_dropped(tmp_path: Path) -> None:
             unknown = httpx.post(f"http://127.0.0.1:{listen}/callback/nope", content=b"x")
             assert unknown.status_code == 404
             # A notification that looks right but is unsigned, or signed with another secret,
-            # is acknowledged (2xx) and dropped: the file is not touched.
+            # is refused (403, as websub.rocks subscriber tests 300-302 expect) and dropped: the
+            # file is not touched.
             forged = _payload(
                 [Resource(loc=site + "files/a.txt", change="deleted", datetime=FAR)], FAR, FAR
             )
-            assert httpx.post(callback, content=forged).status_code == 200
+            assert httpx.post(callback, content=forged).status_code == 403
             bad = {"X-Hub-Signature": "sha256=" + "0" * 64}
-            assert httpx.post(callback, content=forged, headers=bad).status_code == 200
+            assert httpx.post(callback, content=forged, headers=bad).status_code == 403
             wait_for(lambda: follower.kinds().count("dropped") == 2)
             assert (dest / "files" / "a.txt").read_text() == "first"
             follower.finish()
@@ -243,9 +261,15 @@ def _read(path: Path) -> str | None:
 
 class FakeHub:
     """A hub under the test's control: it verifies subscriptions with a short lease and lets
-    the test push notifications signed with the subscriber's own secret."""
+    the test push notifications signed with the subscriber's own secret. `deny` (a reason)
+    makes it deny every subscription; `hold` (cleared) holds verifications back; `on_subscribe`
+    runs before a subscription is verified."""
 
     def __init__(self, lease: int) -> None:
+        self.deny: str | None = None
+        self.hold = threading.Event()
+        self.hold.set()
+        self.on_subscribe: Any = None
         from starlette.applications import Starlette
         from starlette.requests import Request
         from starlette.responses import Response
@@ -269,19 +293,29 @@ class FakeHub:
 
     def _verify(self, form: dict[str, Any]) -> None:
         time.sleep(0.05)
+        if self.deny is not None:
+            denial = {"hub.mode": "denied", "hub.topic": form["hub.topic"], "hub.reason": self.deny}
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.get(form["hub.callback"], params=denial, timeout=5)
+            return
+        if form["hub.mode"] == "subscribe" and self.on_subscribe is not None:
+            self.on_subscribe()
+        self.hold.wait(timeout=30)
         params = {
             "hub.mode": form["hub.mode"],
             "hub.topic": form["hub.topic"],
             "hub.challenge": "c-" + str(len(self.subscriptions)),
             "hub.lease_seconds": str(self.lease),
         }
-        httpx.get(form["hub.callback"], params=params, timeout=5)
+        with contextlib.suppress(httpx.HTTPError):  # the follower may have stopped
+            httpx.get(form["hub.callback"], params=params, timeout=5)
 
-    def push(self, body: bytes) -> int:
+    def push(self, body: bytes, sub: dict[str, str] | None = None) -> int:
         import hashlib
         import hmac
 
-        sub = next(s for s in reversed(self.subscriptions) if s["hub.mode"] == "subscribe")
+        if sub is None:
+            sub = next(s for s in reversed(self.subscriptions) if s["hub.mode"] == "subscribe")
         signature = hmac.new(sub["hub.secret"].encode(), body, hashlib.sha256).hexdigest()
         response = httpx.post(
             sub["hub.callback"], content=body, headers={"X-Hub-Signature": f"sha256={signature}"}

@@ -196,6 +196,14 @@ def _summary(report: SyncReport) -> None:
     show_default=True,
     help="With --follow: catch up from the Change List after this much silence.",
 )
+@click.option(
+    "--verify-timeout",
+    type=click.FloatRange(min=0.1),
+    default=15.0,
+    show_default=True,
+    help="With --follow: how long to wait for the hub to verify a subscription before "
+    "asking again.",
+)
 @click.option("--duration", type=click.FloatRange(min=0), hidden=True)
 @sync_options
 @handle_errors
@@ -208,6 +216,7 @@ def sync(
     callback_url: str | None,
     lease: int,
     poll_interval: float,
+    verify_timeout: float,
     duration: float | None,
     **o: Any,
 ) -> None:
@@ -221,7 +230,18 @@ def sync(
 
     opts = _options(**o)
     if follow:
-        _follow(source, dest, opts, as_json, listen, callback_url, lease, poll_interval, duration)
+        _follow(
+            source,
+            dest,
+            opts,
+            as_json,
+            listen,
+            callback_url,
+            lease,
+            poll_interval,
+            duration,
+            verify_timeout,
+        )
         return
     if show_progress() and not as_json:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
@@ -259,6 +279,7 @@ def _follow(
     lease: int,
     poll_interval: float,
     duration: float | None,
+    verify_timeout: float = 15.0,
 ) -> None:
     import signal
     import threading
@@ -293,6 +314,7 @@ def _follow(
             lease_seconds=lease,
             poll_interval=poll_interval,
             duration=duration,
+            verify_timeout=verify_timeout,
         ),
         on_event=event,
         stop=stop,

@@ -1,49 +1,52 @@
-"""Following a Source's change notifications (Change Notification 1.0.1 over WebSub).
+"""Following a Source's notifications (Change Notification and Framework Notification 1.0.1,
+over WebSub) — unattended, for months, across hub and Source outages.
 
-`follow` brings the copy up to date (baseline or incremental), subscribes to each set's channel
-at its hub with a fresh secret, answers the hub's verification of intent, and applies every
-notification with the same engine and guarantees as an incremental run. Payloads that are not
-signed with our secret are acknowledged and dropped; payloads are read with the one hardened
-reader. A payload whose `from` lies after the last `until` applied (a lost notification), or
-silence longer than the poll interval (a lost hub), is caught up from the Change List first.
-The lease is renewed before it ends; a clean exit unsubscribes.
+`follow` brings the copy up to date (baseline or incremental), subscribes to each set's change
+notification channel, and to its framework notification channel when the Capability List
+offers one, then applies every change notification with the same engine and guarantees as an
+incremental run. The subscriptions themselves (callbacks, renewals, outages) are `websub`'s.
 
-The callback server is a small Starlette app on `--listen HOST:PORT`; `--callback-url` names
-it as the hub must call it (behind a proxy).
+What keeps the copy whole:
+
+- A notification whose `from` is after what the copy is known to hold — the copy's cursor for
+  the first one, the last applied notification's `until` after that — means a lost
+  notification (or changes made before the subscription was active): the Change List is read
+  first, and only then is the notification applied.
+- Once a subscription is active (again), the copy catches up from the Change List, for the
+  changes published while there was none.
+- Silence longer than `poll_interval` (a lost hub), or any channel down (a hub that refuses,
+  does not answer or verifies late), means polling the Change List — every
+  `outage_poll_interval` while a channel is down.
+- A framework notification (a new Resource Dump, a rotated Change List, a new Capability
+  List) is acted on at once: the Source is read again and the copy caught up.
+- A Source that cannot be reached is retried with backoff; nothing is applied past a gap that
+  could not be caught up.
+
+Every outage and recovery is reported as an event (`hub-unavailable`, `subscribed`, `renewed`,
+`denied`, `source-unavailable`, `caught-up`) to the log and to `--json`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import queue
-import secrets
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+import httpx
 
 from ..errors import ReadError, ResourceSyncError
-from ..http import make_client
-from ..model import Capability
+from ..http import HttpOptions, RetryPolicy, make_client
+from ..model import Capability, Resource
 from ..sitemap import open_document
-from .discover import SetInfo, discover
-from .sync import SyncOptions, SyncReport, _Syncer, sync
+from .discover import SetInfo, SourceInfo, discover
+from .sync import SetReport, SyncOptions, SyncReport, _Syncer, sync
+from .websub import Callbacks, Channel, Endpoint, Event, Inbox, Subscriber, serve_callbacks
 
 __all__ = ["FollowOptions", "follow"]
-
-MAX_PAYLOAD = 8 * 1024 * 1024
 
 
 @dataclass
@@ -53,128 +56,180 @@ class FollowOptions:
     lease_seconds: int = 86400
     #: Catch up from the Change List when no notification came for this long (a lost hub).
     poll_interval: float = 300.0
+    #: Catch up this often while a subscription is down (a hub outage).
+    outage_poll_interval: float = 60.0
     #: Stop after this many seconds (None: until stopped).
     duration: float | None = None
+    #: How long to wait for the hub to verify a subscription request before trying again.
     verify_timeout: float = 15.0
+    #: Backoff between attempts to reach a hub or a Source that failed: doubling from
+    #: `retry_backoff`, with jitter, capped at `max_backoff`.
+    retry_backoff: float = 1.0
+    max_backoff: float = 300.0
 
 
-@dataclass
-class _Subscription:
-    set: SetInfo
-    topic: str
-    hub: str
-    token: str
-    secret: str
-    verified: threading.Event = field(default_factory=threading.Event)
-    unsubscribed: threading.Event = field(default_factory=threading.Event)
-    lease: int = 0
-    renew_at: float = 0.0
+def _channels(info: SourceInfo, client: Any) -> list[Channel]:
+    """The change notification channels (from discovery) and framework notification channels
+    (from each Capability List: `<loc>` the topic, `rs:ln rel="hub"` the hub, Framework
+    Notification §5) of every set."""
+    found = [Channel(s, topic, hub) for s in info.sets for topic, hub in s.channels.items()]
+    for s in info.sets:
+        if s.url(Capability.FRAMEWORK_NOTIFICATION) is None or s.capabilitylist is None:
+            continue
+        with open_document(s.capabilitylist, client=client) as reader:
+            for entry in reader:
+                hub = entry.link("hub")
+                if entry.capability == Capability.FRAMEWORK_NOTIFICATION and hub is not None:
+                    found.append(Channel(s, entry.loc, hub.href, kind="framework"))
+    return found
 
 
-Event = Callable[[str, Any], None]
+class _Applier:
+    """The one place that applies a notification's entries through the sync engine."""
+
+    def __init__(self, info: SourceInfo, dest: Path, options: SyncOptions) -> None:
+        self._syncer = _Syncer(info, dest, options, None)
+
+    def cursor(self, s: SetInfo) -> Any:
+        """The copy's cursor for the set (its `datetime` is the last change applied)."""
+        return self._syncer.state.cursor(self._syncer.set_key(s))
+
+    def apply(self, s: SetInfo, entries: list[Resource]) -> SetReport:
+        return self._syncer.apply_changes(s, entries)
+
+    def close(self) -> None:
+        self._syncer.close()
 
 
-class _Callbacks:
-    """The callback endpoint: verification of intent (GET) and notifications (POST)."""
+# Failures of a catch-up that are an outage (retried), not a bad Source.
+_OUTAGE = (ResourceSyncError, OSError, httpx.HTTPError)
 
-    def __init__(self, inbox: queue.Queue[tuple[str, bytes]], on_event: Event) -> None:
-        self.subs: dict[str, _Subscription] = {}
-        self.expect_unsubscribe: set[str] = set()
+
+class _Follower:
+    def __init__(
+        self,
+        source: str,
+        dest: Path,
+        options: SyncOptions,
+        fo: FollowOptions,
+        subscriber: Subscriber,
+        inbox: Inbox,
+        applier: _Applier,
+        reports: list[SyncReport],
+        report: Event,
+    ) -> None:
+        self.source, self.dest, self.options, self.fo = source, dest, options, fo
+        self.subscriber = subscriber
         self.inbox = inbox
-        self.on_event = on_event
-        self.app = Starlette(
-            routes=[Route("/callback/{token}", self.handle, methods=["GET", "POST"])]
+        self.applier = applier
+        self.reports = reports
+        self.report = report
+        self.backoff = RetryPolicy(backoff=fo.retry_backoff, max_backoff=fo.max_backoff)
+        self.last_synced = time.monotonic()
+        #: When a catch-up is due (None: only when the poll interval says so).
+        self.catch_up_at: float | None = None
+        self.source_failures = 0
+
+    def run(self, stop: threading.Event) -> None:
+        ends = time.monotonic() + self.fo.duration if self.fo.duration is not None else None
+        while not stop.is_set():
+            now = time.monotonic()
+            if ends is not None and now >= ends:
+                return
+            self.subscriber.tick()
+            if self.subscriber.recovered:
+                # Back after an outage: what was published meanwhile is in the Change List.
+                self.subscriber.recovered = False
+                self.catch_up_at = now
+            interval = self.fo.poll_interval
+            if self.subscriber.degraded():
+                interval = min(interval, self.fo.outage_poll_interval)
+            due = self.last_synced + interval
+            if self.catch_up_at is not None:
+                due = min(due, self.catch_up_at)
+            if now >= due:
+                self.catch_up()
+            try:
+                endpoint, body = self.inbox.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            self.notification(endpoint, body)
+
+    def catch_up(self) -> bool:
+        """An incremental sync from the Change List; False (and a retry scheduled) when the
+        Source could not be read."""
+        now = time.monotonic()
+        try:
+            result = sync(self.source, self.dest, self.options)
+        except _OUTAGE as exc:
+            self.source_failures += 1
+            delay = self.backoff.delay(self.source_failures)
+            self.catch_up_at = now + delay
+            self.last_synced = now
+            self.report(
+                "source-unavailable",
+                {
+                    "source": self.source,
+                    "reason": str(exc) or type(exc).__name__,
+                    "attempt": self.source_failures,
+                    "retry_in": delay,
+                },
+            )
+            return False
+        self.reports.append(result)
+        self.report("caught-up", result)
+        self.last_synced = time.monotonic()
+        if result.ok:
+            self.source_failures = 0
+            self.catch_up_at = None
+        else:
+            # Some resources could not be fetched (kept as failures): try again soon.
+            self.source_failures += 1
+            self.catch_up_at = self.last_synced + self.backoff.delay(self.source_failures)
+        return True
+
+    def notification(self, endpoint: Endpoint, body: bytes) -> None:
+        ch = endpoint.channel
+        try:
+            with open_document(body, name=f"notification from {ch.hub}") as reader:
+                doc = reader.document
+                entries = list(reader)
+        except ResourceSyncError as exc:
+            self.report("dropped", f"unreadable notification: {exc}")
+            return
+        if ch.kind == "framework" or doc.capability == Capability.FRAMEWORK_NOTIFICATION:
+            if doc.capability != Capability.FRAMEWORK_NOTIFICATION:
+                self.report("dropped", f"not a framework notification ({doc.capability})")
+                return
+            self.report(
+                "framework",
+                [{"loc": e.loc, "change": e.change, "capability": e.capability} for e in entries],
+            )
+            # A new dump, a rotated Change List, a new Capability List: read the Source now.
+            self.catch_up()
+            return
+        if doc.capability != Capability.CHANGE_NOTIFICATION:
+            self.report("dropped", f"not a change notification ({doc.capability})")
+            return
+        if doc.from_ is not None and (ch.covered is None or doc.from_ > ch.covered):
+            cursor = self.applier.cursor(ch.set)
+            behind = cursor is None or doc.from_ > cursor.datetime
+            if (ch.covered is not None or behind) and not self.catch_up():
+                # A gap that could not be filled: applying this would move the cursor past
+                # it. The Change List has these changes too; the retried catch-up gets them.
+                ch.covered = None
+                return
+        set_report = self.applier.apply(ch.set, entries)
+        ch.covered = doc.until
+        result = SyncReport(
+            source=self.source, dest=str(self.dest), how="notification", sets=[set_report]
         )
-
-    async def handle(self, request: Request) -> Response:
-        sub = self.subs.get(request.path_params["token"])
-        if sub is None:
-            return PlainTextResponse("unknown", 404)
-        if request.method == "GET":
-            q = request.query_params
-            mode, topic, challenge = q.get("hub.mode"), q.get("hub.topic"), q.get("hub.challenge")
-            if topic != sub.topic or not challenge:
-                return PlainTextResponse("not ours", 404)
-            if mode == "subscribe":
-                lease = q.get("hub.lease_seconds", "")
-                sub.lease = int(lease) if lease.isdigit() else 0
-                sub.verified.set()
-                return PlainTextResponse(challenge)
-            if mode == "unsubscribe" and sub.token in self.expect_unsubscribe:
-                sub.unsubscribed.set()
-                return PlainTextResponse(challenge)
-            if mode == "denied":
-                self.on_event("denied", q.get("hub.reason", ""))
-                return PlainTextResponse("")
-            return PlainTextResponse("not expected", 404)
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_PAYLOAD:
-                self.on_event("dropped", "payload too large")
-                return PlainTextResponse("")
-        signature = request.headers.get("x-hub-signature", "")
-        algo, _, given = signature.partition("=")
-        digest = {
-            "sha1": hashlib.sha1,
-            "sha256": hashlib.sha256,
-            "sha384": hashlib.sha384,
-            "sha512": hashlib.sha512,
-        }.get(algo)
-        if digest is None or not given:
-            self.on_event("dropped", "unsigned notification")
-            return PlainTextResponse("")  # acknowledged, not applied
-        expected = hmac.new(sub.secret.encode(), body, digest).hexdigest()
-        if not hmac.compare_digest(expected, given.strip().lower()):
-            self.on_event("dropped", "wrongly signed notification")
-            return PlainTextResponse("")
-        self.inbox.put((sub.token, body))
-        return PlainTextResponse("")
-
-
-@contextlib.contextmanager
-def _serve(app: Any, listen: str) -> Iterator[tuple[str, int]]:
-    host, _, port_text = listen.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, int(port_text or 0)))
-    except (OSError, ValueError) as exc:
-        raise ResourceSyncError(f"cannot listen on {listen}: {exc}") from None
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield host, port
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-
-
-def _hub_request(client: Any, sub: _Subscription, mode: str, callback: str, lease: int) -> None:
-    form = {
-        "hub.mode": mode,
-        "hub.topic": sub.topic,
-        "hub.callback": callback,
-    }
-    if mode == "subscribe":
-        form["hub.secret"] = sub.secret
-        form["hub.lease_seconds"] = str(lease)
-    try:
-        response = client.post(sub.hub, data=form)
-    except Exception as exc:
-        raise ResourceSyncError(f"hub unreachable: {exc}", source=sub.hub) from None
-    if response.status_code not in (202, 204, 200):
-        raise ResourceSyncError(
-            f"hub refused to {mode}: HTTP {response.status_code} {response.text[:200]}",
-            source=sub.hub,
-        )
+        self.reports.append(result)
+        self.report("applied", result)
+        self.last_synced = time.monotonic()
+        if set_report.problems:
+            self.source_failures += 1
+            self.catch_up_at = self.last_synced + self.backoff.delay(self.source_failures)
 
 
 def follow(
@@ -190,130 +245,49 @@ def follow(
     Returns the report of every catch-up and notification applied."""
     report = on_event or (lambda kind, detail: None)
     stop = stop or threading.Event()
+    fo = follow_options
     reports = [sync(source, dest, options)]
     report("synced", reports[-1])
     with make_client(options.http) as client:
         info = discover(source, client=client, choose=options.set)
-        channels = [(s, topic, hub) for s in info.sets for topic, hub in s.channels.items()]
-        if not channels:
-            raise ReadError(
-                "the Source offers no change notification channel (no change-notification "
-                "entry with a hub in its Capability List)",
-                source=source,
-            )
-        inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
-        callbacks = _Callbacks(inbox, report)
-        with _serve(callbacks.app, follow_options.listen) as (host, port):
-            base = follow_options.callback_url or f"http://{host}:{port}/callback/"
-            if not base.endswith("/"):
-                base += "/"
-            subs = []
-            for s, topic, hub in channels:
-                sub = _Subscription(s, topic, hub, secrets.token_hex(16), secrets.token_hex(24))
-                callbacks.subs[sub.token] = sub
-                subs.append(sub)
-            for sub in subs:
-                _subscribe(client, sub, base, follow_options, report)
-            syncer = _Syncer(info, dest, options, None)
-            try:
-                _loop(
-                    source,
-                    dest,
-                    options,
-                    follow_options,
-                    subs,
-                    inbox,
-                    base,
-                    client,
-                    reports,
-                    report,
-                    stop,
-                    syncer,
-                )
-            finally:
-                syncer.close()
-                for sub in subs:
-                    callbacks.expect_unsubscribe.add(sub.token)
-                    with contextlib.suppress(ResourceSyncError):
-                        _hub_request(client, sub, "unsubscribe", base + sub.token, 0)
-                        sub.unsubscribed.wait(timeout=5)
-                        report("unsubscribed", sub.topic)
-    return reports
-
-
-def _subscribe(
-    client: Any, sub: _Subscription, base: str, fo: FollowOptions, report: Event
-) -> None:
-    sub.verified.clear()
-    _hub_request(client, sub, "subscribe", base + sub.token, fo.lease_seconds)
-    if not sub.verified.wait(timeout=fo.verify_timeout):
-        raise ResourceSyncError(
-            "the hub did not verify the subscription (is the callback reachable from it? "
-            "see --callback-url)",
-            source=sub.hub,
+        channels = _channels(info, client)
+    if not any(ch.kind == "change" for ch in channels):
+        raise ReadError(
+            "the Source offers no change notification channel (no change-notification "
+            "entry with a hub in its Capability List)",
+            source=source,
         )
-    lease = sub.lease or fo.lease_seconds
-    sub.renew_at = time.monotonic() + max(lease * 0.8, 1.0)
-    report(
-        "subscribed",
-        {"topic": sub.topic, "hub": sub.hub, "lease": lease, "callback": base + sub.token},
+    # Requests to a hub are tried once each: the subscriber has its own backoff.
+    hub_http = HttpOptions(
+        timeout=min(options.http.timeout, 10.0),
+        connect_timeout=min(options.http.connect_timeout, 5.0),
+        retry=RetryPolicy(retries=0),
     )
-
-
-def _loop(
-    source: str,
-    dest: Path,
-    options: SyncOptions,
-    fo: FollowOptions,
-    subs: list[_Subscription],
-    inbox: queue.Queue[tuple[str, bytes]],
-    base: str,
-    client: Any,
-    reports: list[SyncReport],
-    report: Event,
-    stop: threading.Event,
-    syncer: _Syncer,
-) -> None:
-    by_token = {s.token: s for s in subs}
-    last_until: dict[str, datetime] = {}
-    ends = time.monotonic() + fo.duration if fo.duration is not None else None
-    last_heard = time.monotonic()
-    while not stop.is_set():
-        now = time.monotonic()
-        if ends is not None and now >= ends:
-            return
-        for sub in subs:
-            if now >= sub.renew_at:
-                _subscribe(client, sub, base, fo, report)
-        if now - last_heard >= fo.poll_interval:
-            # Silence: a lost hub or lost subscription must not mean lost changes.
-            reports.append(sync(source, dest, options))
-            report("caught-up", reports[-1])
-            last_heard = now
+    inbox: Inbox = queue.Queue()
+    callbacks = Callbacks(inbox, report)
+    with (
+        make_client(hub_http) as hub_client,
+        serve_callbacks(callbacks.app, fo.listen) as (host, port),
+    ):
+        base = fo.callback_url or f"http://{host}:{port}/callback/"
+        if not base.endswith("/"):
+            base += "/"
+        subscriber = Subscriber(
+            hub_client,
+            callbacks,
+            base,
+            fo.lease_seconds,
+            fo.verify_timeout,
+            RetryPolicy(backoff=fo.retry_backoff, max_backoff=fo.max_backoff),
+            report,
+            channels,
+        )
+        applier = _Applier(info, dest, options)
+        follower = _Follower(source, dest, options, fo, subscriber, inbox, applier, reports, report)
         try:
-            token, body = inbox.get(timeout=0.2)
-        except queue.Empty:
-            continue
-        last_heard = time.monotonic()
-        sub = by_token[token]
-        try:
-            with open_document(body, name=f"notification from {sub.hub}") as reader:
-                doc = reader.document
-                entries = list(reader)
-        except ResourceSyncError as exc:
-            report("dropped", f"unreadable notification: {exc}")
-            continue
-        if doc.capability != Capability.CHANGE_NOTIFICATION:
-            report("dropped", f"not a change notification ({doc.capability})")
-            continue
-        previous = last_until.get(token)
-        if previous is not None and doc.from_ is not None and doc.from_ > previous:
-            # A notification was lost: the Change List has everything in between.
-            reports.append(sync(source, dest, options))
-            report("caught-up", reports[-1])
-        set_report = syncer.apply_changes(sub.set, entries)
-        if doc.until is not None:
-            last_until[token] = doc.until
-        result = SyncReport(source=source, dest=str(dest), how="notification", sets=[set_report])
-        reports.append(result)
-        report("applied", result)
+            follower.run(stop)
+        finally:
+            applier.close()
+            with contextlib.suppress(ResourceSyncError):
+                subscriber.unsubscribe_all()
+    return reports

@@ -1,0 +1,313 @@
+"""A follower left running: hub and Source outages, denials, renewals, gaps (issue 11.1, 11.4,
+11.6, 11.7; issue 10.1). The follower never exits on an outage; it says so, keeps the copy in
+step by polling, and resubscribes when the hub is back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from resourcesync.destination.sync import SyncOptions
+from resourcesync.http import HttpOptions, RetryPolicy
+from resourcesync.sitemap import read_document
+from resourcesync.source.config import PublishConfig, SetConfig
+from resourcesync.source.publish import publish
+from resourcesync.source.server import create_app
+from tests.hub.conftest import fast_config, run_hub
+from tests.servers import serve
+
+from .test_follow import FakeHub, Follower, _payload, _read, free_port, serve_on, wait_for
+
+QUICK = SyncOptions(
+    delete=True, http=HttpOptions(timeout=3, retry=RetryPolicy(retries=0, backoff=0.05))
+)
+# Short waits so that outages show within a second or two.
+PATIENT = {
+    "verify_timeout": 0.5,
+    "retry_backoff": 0.05,
+    "max_backoff": 0.3,
+    "poll_interval": 60.0,
+    "outage_poll_interval": 0.3,
+}
+
+
+class FlakyFront:
+    """In front of the real hub: passes requests through, or answers 503 (`mode="503"`), or
+    accepts subscription requests but has the hub verify them only after the subscriber has
+    stopped waiting (`mode="late"`). Stopping its server refuses connections."""
+
+    def __init__(self, hub: str, late_by: float) -> None:
+        self.hub, self.late_by, self.mode = hub, late_by, "ok"
+
+        async def endpoint(request: Request) -> Response:
+            body = await request.body()
+            headers = {k: v for k, v in request.headers.items() if k in ("content-type", "link")}
+            if self.mode == "503":
+                return Response("maintenance", 503)
+            if self.mode == "late" and b"hub.mode=subscribe" in body:
+                asyncio.get_running_loop().call_later(self.late_by, self._forward, body, headers)
+                return Response("accepted", 202)
+            async with httpx.AsyncClient() as client:
+                r = await client.post(self.hub, content=body, headers=headers)
+            return Response(r.content, r.status_code)
+
+        self.app = Starlette(routes=[Route("/", endpoint, methods=["POST"])])
+
+    def _forward(self, body: bytes, headers: dict[str, str]) -> None:
+        asyncio.get_running_loop().run_in_executor(
+            None, lambda: httpx.post(self.hub, content=body, headers=headers)
+        )
+
+
+def _site(tmp_path: Path, hub: str) -> tuple[Path, PublishConfig, int]:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a0")
+    site_port = free_port()
+    site = f"http://127.0.0.1:{site_port}/"
+    config = PublishConfig(
+        out=tmp_path / "out",
+        sets=[SetConfig("set1", data, site + "files/", hub=hub)],
+        docs_url=site,
+    )
+    publish(config)
+    return data, config, site_port
+
+
+def test_a_follower_rides_out_a_hub_that_fails_refuses_and_verifies_late(tmp_path: Path) -> None:
+    front_port = free_port()
+    front_url = f"http://127.0.0.1:{front_port}/"
+    data, config, site_port = _site(tmp_path, front_url)
+    site = f"http://127.0.0.1:{site_port}/"
+    dest = tmp_path / "copy"
+    copy = dest / "files" / "a.txt"
+    with (
+        run_hub(fast_config(), tmp_path / "hub.sqlite") as hub,
+        serve_on(create_app(tmp_path / "out"), site_port),
+    ):
+        front = FlakyFront(hub, late_by=1.0)
+        with serve_on(front.app, front_port):
+            # A 2 s lease: renewed every 1.6 s, so each outage meets a renewal.
+            follower = Follower(site, dest, QUICK, lease=2, **PATIENT)
+            follower.subscribed()
+            (data / "a.txt").write_text("a1")
+            publish(config)
+            wait_for(lambda: _read(copy) == "a1")
+
+            front.mode = "503"
+            follower.wait_event("hub-unavailable", lambda d: "503" in d["reason"])
+            # The hub is out: the Source cannot notify either, but polling brings the change.
+            (data / "a.txt").write_text("a2")
+            publish(config)
+            wait_for(lambda: _read(copy) == "a2")
+
+            front.mode = "late"
+            follower.wait_event("hub-unavailable", lambda d: "did not verify" in d["reason"])
+        # The front is gone: connections are refused.
+        follower.wait_event("hub-unavailable", lambda d: "unreachable" in d["reason"])
+        (data / "a.txt").write_text("a3")
+        publish(config)
+        wait_for(lambda: _read(copy) == "a3")
+        assert follower.thread.is_alive()
+
+        front.mode = "ok"
+        with serve_on(front.app, front_port):
+            back = follower.wait_event(
+                "subscribed", lambda d: d.get("after_failures", 0) > 0, timeout=15
+            )
+            assert back["topic"].startswith(site)
+            (data / "a.txt").write_text("a4")
+            publish(config)
+            wait_for(lambda: _read(copy) == "a4")
+            follower.finish()
+    attempts = follower.details("hub-unavailable")
+    # Backoff with jitter, capped: never longer than max_backoff between tries.
+    assert all(0 < d["retry_in"] <= PATIENT["max_backoff"] for d in attempts)
+    assert "caught-up" in follower.kinds()
+
+
+def test_a_source_outage_is_retried_and_nothing_is_applied_past_a_gap(tmp_path: Path) -> None:
+    hub = FakeHub(lease=3600)
+    with serve(hub.app) as hub_base:
+        data, config, site_port = _site(tmp_path, hub_base + "/")
+        site = f"http://127.0.0.1:{site_port}/"
+        dest = tmp_path / "copy"
+        (data / "b.txt").write_text("b0")
+        publish(config)
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            follower = Follower(site, dest, QUICK, **PATIENT)
+            follower.subscribed()
+            follower.wait_event("caught-up")
+        # The Source is down. Two changes; only the second one's notification arrives: its
+        # `from` is after the copy's cursor, and the Change List cannot be read now.
+        (data / "a.txt").write_text("a1")
+        publish(config)
+        (data / "b.txt").write_text("b1")
+        publish(config)
+        _, changes = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+        last = changes[-1].datetime
+        assert hub.push(_payload(changes[-1:], last, last)) == 200
+        failed = follower.wait_event("source-unavailable")
+        assert failed["source"] == site and failed["retry_in"] <= PATIENT["max_backoff"]
+        assert "applied" not in follower.kinds()  # not past the gap
+        assert follower.thread.is_alive()
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a1")
+            wait_for(lambda: _read(dest / "files" / "b.txt") == "b1")
+            follower.finish()
+
+
+def test_changes_before_the_subscription_is_active_are_caught_up(tmp_path: Path) -> None:
+    """Issue 10.1: a change published between the initial sync and the moment the hub verifies
+    the subscription (its notification never reaches the follower) is not lost."""
+    hub = FakeHub(lease=3600)
+    with serve(hub.app) as hub_base:
+        data, config, site_port = _site(tmp_path, hub_base + "/")
+        site = f"http://127.0.0.1:{site_port}/"
+
+        def change_before_verification() -> None:
+            (data / "a.txt").write_text("a1")
+            publish(config)  # the FakeHub relays nothing
+
+        hub.on_subscribe = change_before_verification
+        dest = tmp_path / "copy"
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            follower = Follower(site, dest, QUICK, poll_interval=3600)
+            follower.subscribed()
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a1")
+            follower.finish()
+
+
+def test_the_first_notification_is_compared_with_the_copys_cursor(tmp_path: Path) -> None:
+    """Issue 10.1: the first notification a follower gets has nothing before it to compare
+    with; its `from` is compared with the copy's cursor, and a gap is caught up first."""
+    hub = FakeHub(lease=3600)
+    with serve(hub.app) as hub_base:
+        data, config, site_port = _site(tmp_path, hub_base + "/")
+        (data / "b.txt").write_text("b0")
+        publish(config)
+        site = f"http://127.0.0.1:{site_port}/"
+        dest = tmp_path / "copy"
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            follower = Follower(site, dest, QUICK, poll_interval=3600)
+            follower.subscribed()
+            follower.wait_event("caught-up")
+            (data / "a.txt").write_text("a1")
+            publish(config)  # lost
+            (data / "b.txt").write_text("b1")
+            publish(config)
+            _, changes = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+            last = changes[-1].datetime
+            assert hub.push(_payload(changes[-1:], last, last)) == 200
+            wait_for(lambda: _read(dest / "files" / "b.txt") == "b1")
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a1")
+            follower.finish()
+
+
+def test_a_denial_is_reported_and_not_waited_for(tmp_path: Path) -> None:
+    """Issue 11.4: hub.mode=denied (WebSub §5.2, no challenge) is reported at once, the
+    subscription is not asked for again, and the copy is kept in step by polling."""
+    hub = FakeHub(lease=3600)
+    hub.deny = "this topic is not relayed here"
+    with serve(hub.app) as hub_base:
+        data, config, site_port = _site(tmp_path, hub_base + "/")
+        site = f"http://127.0.0.1:{site_port}/"
+        dest = tmp_path / "copy"
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            follower = Follower(
+                site, dest, QUICK, verify_timeout=60, retry_backoff=0.01, poll_interval=0.5
+            )
+            denied = follower.wait_event("denied")
+            assert denied["reason"] == "this topic is not relayed here"
+            (data / "a.txt").write_text("a1")
+            publish(config)
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a1")
+            follower.finish()
+    assert [s["hub.mode"] for s in hub.subscriptions] == ["subscribe"]
+    assert "hub-unavailable" not in follower.kinds()
+
+
+def test_a_renewal_uses_a_new_callback_and_secret(tmp_path: Path) -> None:
+    """Issue 11.6: each renewal asks with a new callback path and secret; the old callback is
+    accepted until the new one is verified, then unsubscribed and answers 410 Gone."""
+    hub = FakeHub(lease=1)
+    with serve(hub.app) as hub_base:
+        data, config, site_port = _site(tmp_path, hub_base + "/")
+        site = f"http://127.0.0.1:{site_port}/"
+        dest = tmp_path / "copy"
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            follower = Follower(site, dest, QUICK, lease=1)
+            follower.subscribed()
+            first = hub.subscriptions[0]
+            hub.hold.clear()  # the renewal's verification waits
+            wait_for(lambda: len(hub.subscriptions) >= 2)
+            second = hub.subscriptions[1]
+            assert second["hub.mode"] == "subscribe"
+            assert second["hub.callback"] != first["hub.callback"]
+            assert second["hub.secret"] != first["hub.secret"]
+            # Not verified yet: the old callback still takes notifications.
+            (data / "a.txt").write_text("a1")
+            publish(config)
+            _, changes = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+            last = changes[-1].datetime
+            assert hub.push(_payload(changes[-1:], last, last), sub=first) == 200
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a1")
+            hub.hold.set()
+            # ("renewed", or "subscribed" when the old lease ran out while the test held it)
+            wait_for(
+                lambda: any(
+                    k in ("renewed", "subscribed") and d["callback"] == second["hub.callback"]
+                    for k, d in list(follower.events)
+                )
+            )
+            wait_for(
+                lambda: any(
+                    s["hub.mode"] == "unsubscribe" and s["hub.callback"] == first["hub.callback"]
+                    for s in hub.subscriptions
+                )
+            )
+            wait_for(lambda: httpx.post(first["hub.callback"], content=b"x").status_code == 410)
+            follower.finish()
+
+
+def test_the_verification_wait_is_an_option(tmp_path: Path) -> None:
+    """Issue 11.7: `sync --follow --verify-timeout`: a hub that never verifies is reported
+    after that long (and asked again), not after a fixed 15 s."""
+    hub = FakeHub(lease=3600)
+    hub.hold.clear()  # never verifies
+    with serve(hub.app) as hub_base:
+        _, _, site_port = _site(tmp_path, hub_base + "/")
+        site = f"http://127.0.0.1:{site_port}/"
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            command = [
+                str(Path(sys.executable).parent / "resourcesync"),
+                "sync",
+                site,
+                str(tmp_path / "copy"),
+                "--follow",
+                "--json",
+                "--verify-timeout",
+                "0.3",
+                "--duration",
+                "3",
+            ]
+            result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        hub.hold.set()
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    waits = [e["detail"] for e in events if e.get("event") == "hub-unavailable"]
+    assert waits and "within 0.3s" in waits[0]["reason"]
+    assert len(hub.subscriptions) >= 2
+
+
+_ = Any
