@@ -255,3 +255,39 @@ def test_topic_restriction_applies_to_subscriptions(db: Path) -> None:
         assert "not relayed" in r.text
         r = subscribe(hub, sub.url, topic="http://127.0.0.1:9/other/change")
         assert r.status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("published", "subscribed_as"),
+    [
+        ("http://127.0.0.1:9/%7Ea/change/", "http://127.0.0.1:9/~a/change/"),
+        ("HTTP://LOCALHOST:80/a/change/", "http://localhost/a/change/"),
+        ("http://127.0.0.1:9/a/%c3%a9/x/../change/", "http://127.0.0.1:9/a/%C3%A9/change/"),
+        ("http://127.0.0.1", "http://127.0.0.1/"),
+    ],
+)
+def test_topics_are_compared_in_normal_form(
+    shared_hub: str, shared_subscriber: Subscriber, published: str, subscribed_as: str
+) -> None:
+    """Issue 11.5: case of scheme and host, default port, percent-encoding of unreserved
+    characters (RFC 3986 §6.2.2): one topic however each side spells it."""
+    sub = shared_subscriber
+    count = stats(shared_hub)["subscriptions"]
+    subscribed(shared_hub, sub, topic=subscribed_as)
+    assert sub.verifications[-1]["hub.topic"] == subscribed_as  # as the subscriber wrote it
+    before = len(sub.received)
+    r = publish(shared_hub, payload(0), topic=published)
+    assert r.status_code == 200 and "queued for 1 subscriber" in r.text, r.text
+    wait_for(lambda: len(sub.received) == before + 1, what="delivery")
+    assert unsubscribe(shared_hub, sub.url, topic=published).status_code == 202
+    wait_for(lambda: stats(shared_hub)["subscriptions"] == count, what="unsubscription")
+
+
+def test_normalise_topic() -> None:
+    from resourcesync.hub.topics import normalise_topic
+
+    assert normalise_topic("https://Example.ORG:443/a%2fb%7e?q=%7e#%41") == (
+        "https://example.org/a%2Fb~?q=~#A"
+    )
+    assert normalise_topic("http://[::1]:8080/") == "http://[::1]:8080/"
+    assert normalise_topic("http://h/a/./b/../c") == "http://h/a/c"

@@ -48,6 +48,7 @@ from ..sitemap import open_document
 from .config import HubConfig
 from .deliver import Deliverer
 from .store import Store
+from .topics import normalise_topic
 
 __all__ = ["Hub", "create_app", "format_links", "parse_links"]
 
@@ -303,7 +304,8 @@ class Hub:
     async def _verify(
         self, mode: str, topic: str, callback: str, secret: bytes | None, lease: int
     ) -> None:
-        """Verification of intent (WebSub §5.3): GET the callback with a challenge."""
+        """Verification of intent (WebSub §5.3): GET the callback with a challenge (and the
+        topic as the subscriber wrote it); the subscription is kept under the normal form."""
         store, client, deliverer = self._parts()
         challenge = secrets.token_urlsafe(24)
         query = {"hub.mode": mode, "hub.topic": topic, "hub.challenge": challenge}
@@ -340,11 +342,11 @@ class Hub:
             log.info("hub: %s of %s to %s refused: wrong challenge", mode, callback, topic)
             return
         if mode == "subscribe":
-            sub = store.subscribe(topic, callback, secret, lease)
+            sub = store.subscribe(normalise_topic(topic), callback, secret, lease)
             deliverer.kick([sub.id])
             log.info("hub: %s subscribed to %s for %ds", callback, topic, lease)
         else:
-            store.unsubscribe(topic, callback)
+            store.unsubscribe(normalise_topic(topic), callback)
             log.info("hub: %s unsubscribed from %s", callback, topic)
 
     # -- notifications ---------------------------------------------------------------------
@@ -398,7 +400,7 @@ class Hub:
         for target, params in links:
             for rel in sorted(rels(params) - {"self", "hub"}):
                 forward.append((target, rel))
-        subscribers = store.publish(topic, format_links(forward), body)
+        subscribers = store.publish(normalise_topic(topic), format_links(forward), body)
         deliverer.kick(subscribers)
         return PlainTextResponse(f"accepted: queued for {len(subscribers)} subscriber(s)\n", 200)
 
@@ -428,7 +430,8 @@ class Hub:
         if ctype != "application/xml":
             return f"{topic} has Content-Type {ctype or '(none)'}, not application/xml"
         links = parse_links(", ".join(r.headers.get_list("link")))
-        if not any(t == topic and "self" in rels(p) for t, p in links):
+        key = normalise_topic(topic)
+        if not any(normalise_topic(t) == key and "self" in rels(p) for t, p in links):
             return f'{topic} has no Link header with rel="self" naming it'
         if not any("hub" in rels(p) for _, p in links):
             return f'{topic} has no Link header with rel="hub"'

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ..http import RetryPolicy
+from .topics import normalise_topic
 
 __all__ = ["AddressPolicy", "HubConfig", "IPNetwork", "parse_network"]
 
@@ -156,13 +157,16 @@ class HubConfig:
     sweep_interval: float = 30.0
 
     def topic_allowed(self, topic: str) -> bool:
+        """Whether `topic` is relayed (compared in normal form, see `topics`)."""
         if not self.topics:
             return True
+        topic = normalise_topic(topic)
         for allowed in self.topics:
             if allowed.endswith("*"):
-                if topic.startswith(allowed[:-1]):
+                prefix = allowed[:-1]
+                if topic.startswith(prefix) or topic.startswith(normalise_topic(prefix)):
                     return True
-            elif topic == allowed:
+            elif topic == normalise_topic(allowed):
                 return True
         return False
 
