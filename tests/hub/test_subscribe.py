@@ -207,6 +207,16 @@ assert _TEN is not None
         (AddressPolicy(networks=(_TEN,)), "http://8.8.8.8/", "not in the allow-list"),
         (AddressPolicy(hosts=frozenset({"localhost"})), "http://localhost:8/", None),
         (AddressPolicy(), "ftp://8.8.8.8/", "http(s)"),
+        # Issue 17.15: IPv6 forms that embed a refused IPv4 address are refused as it is.
+        (AddressPolicy(), "http://[::127.0.0.1]/cb", "loopback (it embeds 127.0.0.1)"),
+        (AddressPolicy(), "http://[64:ff9b::7f00:1]/cb", "loopback"),
+        (AddressPolicy(), "http://[64:ff9b::a9fe:a9fe]/cb", "not public"),  # 169.254.169.254
+        (AddressPolicy(), "http://[::ffff:127.0.0.1]/cb", "loopback"),
+        (AddressPolicy(), "http://[::ffff:0:7f00:1]/cb", "loopback"),  # IPv4-translated
+        (AddressPolicy(), "http://[2002:7f00:1::1]/cb", "loopback"),  # 6to4
+        (AddressPolicy(), "http://[64:ff9b:1::808:808]/cb", "not public"),  # local-use NAT64
+        (AddressPolicy(allow_private=True), "http://[::10.1.2.3]/cb", None),
+        (AddressPolicy(), "http://[64:ff9b::808:808]/cb", None),  # NAT64 of a public address
     ],
 )
 def test_address_policy(policy: AddressPolicy, url: str, refused: str | None) -> None:

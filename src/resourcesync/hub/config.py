@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from ..http import RetryPolicy
 from .topics import normalise_topic
 
-__all__ = ["AddressPolicy", "HubConfig", "IPNetwork", "parse_network"]
+__all__ = ["AddressPolicy", "HubConfig", "IPNetwork", "embedded_ipv4", "parse_network"]
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -30,6 +30,30 @@ def parse_network(text: str) -> IPNetwork | None:
         return ipaddress.ip_network(text.strip(), strict=False)
     except ValueError:
         return None
+
+
+_COMPATIBLE = ipaddress.IPv6Network("::/96")  # IPv4-compatible (deprecated, RFC 4291)
+_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")  # IPv4-translated (RFC 2765)
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # well-known NAT64 prefix (RFC 6052)
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # local-use NAT64 (RFC 8215)
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for or leads to, if any: IPv4-mapped,
+    IPv4-compatible, IPv4-translated, NAT64 (64:ff9b::/96), 6to4 (2002::/16), Teredo (the
+    client)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _NAT64 or ip in _TRANSLATED:
+        return low
+    if ip in _COMPATIBLE and int(ip) > 1:  # not :: nor ::1
+        return low
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +87,17 @@ class AddressPolicy:
         return bool(self.networks or self.hosts)
 
     def address_allowed(self, ip: IPAddress) -> bool:
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
         if any(ip.version == net.version and ip in net for net in self.networks):
             return True
+        if isinstance(ip, ipaddress.IPv6Address):
+            if ip in _NAT64_LOCAL:
+                return self.allow_private  # a site's own translator: a way into its network
+            embedded = embedded_ipv4(ip)
+            if embedded is not None:
+                # Judged as the IPv4 address it reaches (loopback behind ::7f00:1, …).
+                ip = embedded
+                if any(ip.version == net.version and ip in net for net in self.networks):
+                    return True
         if ip.is_loopback:
             return self.allow_loopback
         if ip.is_unspecified or ip.is_multicast:
@@ -111,13 +142,18 @@ class AddressPolicy:
         for text in sorted(addresses):
             ip = ipaddress.ip_address(text)
             if not self.address_allowed(ip):
+                judged = ip
+                if isinstance(ip, ipaddress.IPv6Address):
+                    judged = embedded_ipv4(ip) or ip
                 kind = (
                     "loopback"
-                    if ip.is_loopback
+                    if judged.is_loopback
                     else "not public"
-                    if not ip.is_global
+                    if not judged.is_global or ip in _NAT64_LOCAL
                     else "not in the allow-list"
                 )
+                if judged is not ip:
+                    kind = f"{kind} (it embeds {judged})"
                 shown = host if host == text else f"{host} ({text})"
                 return f"{shown} is {kind} and not allowed by the hub's configuration"
         return None
