@@ -9,6 +9,7 @@ every change appears in exactly one list, change times are strictly increasing.
 from __future__ import annotations
 
 import itertools
+import zipfile
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +17,15 @@ from pathlib import Path
 from resourcesync.model import Resource
 from resourcesync.sitemap import read_document
 
-__all__ = ["Clock", "History", "check_history", "read_history", "replay"]
+__all__ = [
+    "Clock",
+    "History",
+    "check_change_dumps",
+    "check_history",
+    "read_change_dumps",
+    "read_history",
+    "replay",
+]
 
 State = dict[str, tuple[int | None, str | None]]
 
@@ -138,3 +147,49 @@ def _diff(got: State, want: State) -> str:
         if got.get(k) != want.get(k)
     ]
     return "; ".join(lines[:10])
+
+
+def read_change_dumps(out: Path, docs: str, name: str) -> list[tuple[Resource, list[Resource]]]:
+    """Every Change Dump package (live and archived Change Dumps), in order, with the entries
+    of its manifest (the published copy, which must be the one inside the package)."""
+    base = out / name
+    packages: list[Resource] = []
+    _, archived = read_document(base / "changedump-archive.xml")
+    for dump in archived:
+        _, items = read_document(_local(out, docs, dump.loc))
+        packages += items
+    _, live = read_document(base / "changedump.xml")
+    packages += live
+    result = []
+    for p in packages:
+        contents = p.link("contents")
+        assert contents is not None, p.loc
+        manifest = _local(out, docs, contents.href)
+        with zipfile.ZipFile(_local(out, docs, p.loc)) as zf:
+            assert zf.read("manifest.xml") == manifest.read_bytes(), p.loc
+        doc, entries = read_document(manifest)
+        assert doc.capability == "changedump-manifest"
+        assert (doc.from_, doc.until) == (p.from_, p.until), p.loc
+        result.append((p, entries))
+    return result
+
+
+def check_change_dumps(out: Path, docs: str, name: str, history: History) -> None:
+    """The Change Dumps hold the published changes: consecutive intervals, each change once,
+    the same changes as the Change Lists, and replayed onto a Resource List they give the
+    latest one (between runs)."""
+    dumps = read_change_dumps(out, docs, name)
+    for (a, _), (b, _) in itertools.pairwise(dumps):
+        assert a.until is not None and a.until == b.from_, (a.loc, b.loc)
+    changes: list[Resource] = []
+    for p, entries in dumps:
+        for e in entries:
+            assert e.datetime is not None and p.from_ is not None and p.until is not None
+            assert p.from_ < e.datetime <= p.until, (p.loc, e.loc, e.datetime)
+        changes += entries
+    got = [(c.loc, c.change, c.datetime) for c in changes]
+    want = [(c.loc, c.change, c.datetime) for c in history.changes]
+    assert got == want, (len(got), len(want))
+    latest = history.resourcelist[1]
+    for t, state in [*history.archived, history.resourcelist]:
+        assert replay(state, changes, t) == latest, _diff(replay(state, changes, t), latest)

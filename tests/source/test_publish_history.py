@@ -10,10 +10,12 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from resourcesync.sitemap import read_document
 from resourcesync.source.config import PublishConfig, SetConfig
 from resourcesync.source.publish import publish
-from tests.source.history import Clock, check_history
+from tests.source.history import Clock, check_change_dumps, check_history
 
 BASE = "http://example.org/data/"
 DOCS = "http://example.org/"
@@ -117,3 +119,62 @@ def test_a_file_written_during_the_scan_is_published_with_the_bytes_that_were_ha
     h = check_history(tmp_path / "out", DOCS, "set1")
     last = (data / "f150.txt").read_bytes()
     assert h.resourcelist[1][BASE + "f150.txt"] == (len(last), hashlib.md5(last).hexdigest())
+
+
+def test_changes_of_a_run_that_died_before_packaging_are_in_the_next_change_dump(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_bytes(b"a")
+    clock = Clock()
+    cfg = config(tmp_path, capabilities=("resourcelist", "changelist", "changedump"))
+    publish(cfg, clock=clock)
+    (data / "b.txt").write_bytes(b"b")
+    (data / "a.txt").write_bytes(b"aa")
+
+    def dies(*args: object, **kw: object) -> object:
+        raise OSError("killed")
+
+    with monkeypatch.context() as m:
+        m.setattr("resourcesync.source.publish.write_packages", dies)
+        with pytest.raises(OSError):
+            publish(cfg, clock=clock)  # the scan is committed, the packages are not written
+    (data / "c.txt").write_bytes(b"c")
+    publish(cfg, clock=clock)
+    (data / "a.txt").unlink()
+    publish(cfg, clock=clock)
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    assert len(h.changes) == 4
+    check_change_dumps(tmp_path / "out", DOCS, "set1", h)
+
+
+def test_a_file_changed_while_it_is_packaged_is_listed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_bytes(b"a")
+    clock = Clock()
+    cfg = config(tmp_path, capabilities=("resourcelist", "changelist", "changedump"))
+    publish(cfg, clock=clock)
+    (data / "a.txt").write_bytes(b"before")
+    from resourcesync.source import publish as module
+
+    real = module.write_packages
+
+    def changes_first(*args: object, **kw: object) -> object:
+        # The file is written after the scan hashed it and before it is packaged…
+        (data / "a.txt").write_bytes(b"during")
+        yield from real(*args, **kw)  # type: ignore[arg-type]
+        (data / "a.txt").write_bytes(b"before")  # …and goes back to what the scan saw.
+
+    with monkeypatch.context() as m:
+        m.setattr(module, "write_packages", changes_first)
+        result = publish(cfg, clock=clock)
+    assert any("changed while they were packaged" in p for p in result.sets[0].problems)
+    scan = publish(cfg, clock=clock).sets[0].scan
+    assert scan.updated == 1  # listed again, with the bytes it has now
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    check_change_dumps(tmp_path / "out", DOCS, "set1", h)
+    assert h.resourcelist[1][BASE + "a.txt"] == (6, hashlib.md5(b"before").hexdigest())

@@ -42,6 +42,9 @@ class PackageItem:
     entry: Resource
     open: Callable[[], BinaryIO] | None
     length: int = 0
+    #: The digests the bytes are expected to have (what the lists say); a bitstream that
+    #: differs (the file changed since it was hashed) is packaged as read and reported.
+    expect: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -58,6 +61,8 @@ class PackageInfo:
     first: datetime | None = None
     last: datetime | None = None
     skipped: list[str] = field(default_factory=list)
+    #: Keys whose packaged bytes differ from their expected digests.
+    changed: list[str] = field(default_factory=list)
 
 
 def _zip_time(value: datetime | None) -> tuple[int, int, int, int, int, int]:
@@ -102,6 +107,7 @@ class _Package:
         self.first: datetime | None = None
         self.last: datetime | None = None
         self.skipped: list[str] = []
+        self.changed: list[str] = []
 
     def add(self, item: PackageItem) -> None:
         entry = item.entry
@@ -132,9 +138,10 @@ class _Package:
             self.skipped.append(f"{item.key}: {exc.strerror or exc}")
             return
         self.size += hasher.length
-        self.manifest.write(
-            entry.replace(path="/" + name, length=hasher.length, hashes=hasher.hexdigests())
-        )
+        digests = hasher.hexdigests()
+        if item.expect is not None and any(item.expect.get(a, v) != v for a, v in digests.items()):
+            self.changed.append(item.key)
+        self.manifest.write(entry.replace(path="/" + name, length=hasher.length, hashes=digests))
         self._note(entry)
 
     def _note(self, entry: Resource) -> None:
@@ -167,6 +174,7 @@ class _Package:
             first=self.first,
             last=self.last,
             skipped=self.skipped,
+            changed=self.changed,
         )
 
     def abort(self) -> None:

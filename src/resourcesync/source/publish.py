@@ -39,6 +39,7 @@ from typing import Any
 
 from ..atomic import AtomicFile
 from ..errors import ResourceSyncError
+from ..hashing import parse_hashes
 from ..model import Capability, Document, Link, Resource
 from ..sitemap import write_document, write_split
 from ..w3cdt import format_w3c, parse_w3c
@@ -629,8 +630,9 @@ class _SetPublisher:
                     entry=Resource(loc=uri, type=kind, lastmod=parse_w3c(lastmod)),
                     open=self._opener(key),
                     length=length,
+                    expect=parse_hashes(hashes),
                 )
-                for key, uri, lastmod, length, kind in state.resource_rows()
+                for key, uri, lastmod, length, kind, hashes in state.resource_rows()
             )
             entries = []
             for info in write_packages(
@@ -645,6 +647,7 @@ class _SetPublisher:
                 self.packages += 1
                 self.written += 2
                 self.problems += info.skipped
+                self._changed_since_scan(info.changed)
                 entries.append(
                     Resource(
                         loc=info.url,
@@ -794,22 +797,32 @@ class _SetPublisher:
     # -- Change Dump (§13) and its archive ---------------------------------------------------
 
     def changedump(self) -> None:
+        """Package the changes not packaged yet (this run's, and those of a run that was killed
+        before it packaged them), one package per interval; the interval and the last change
+        packaged are recorded with the package, in one transaction."""
         state = self.state
         scan = self.scan
         until_text = state.get("cd_until")
         baseline = state.get("baselined")
-        if scan.changes and scan.first_seq is not None and scan.last_seq is not None:
+        done_text = state.get("cd_last_seq")
+        if done_text is not None:
+            done = int(done_text)
+        else:
+            # A state from before the mark: everything up to this run's changes was packaged.
+            done = scan.first_seq - 1 if scan.first_seq is not None else state.max_seq()
+        top = state.max_seq()
+        if top > done:
             start = parse_w3c(until_text) if until_text else parse_w3c(baseline or "")
-            until = scan.completed
+            until = max(scan.completed, state.seq_time(top) or scan.completed)
             folder = f"changedumps/{_stamp(start)}"
             manifest_doc = self.doc(
                 Capability.CHANGEDUMP_MANIFEST, from_=start, until=until, links=[self.up]
             )
-            items = self._change_items(scan.first_seq, scan.last_seq)
+            written = []
             for info in write_packages(
                 self.path(folder),
                 self.link_url(folder + "/"),
-                items,
+                self._change_items(done + 1, top),
                 manifest_doc,
                 package_size=1 << 62,  # one package per interval
                 algorithms=self.s.hashes,
@@ -818,17 +831,28 @@ class _SetPublisher:
                 self.packages += 1
                 self.written += 2
                 self.problems += info.skipped
-                state.archive(
-                    "changedump-package",
-                    folder,
-                    info.url,
-                    from_=start,
-                    until=until,
-                    extra=json.dumps(
-                        {"length": info.length, "md5": info.md5, "manifest": info.manifest_url}
-                    ),
-                )
-            state.put("cd_until", format_w3c(until))
+                self._changed_since_scan(info.changed)
+                written.append(info)
+            with state.transaction():
+                # A run killed after packaging, before this, packaged into the same folder.
+                for row in state.archived("changedump-package"):
+                    if row.path == folder:
+                        state.forget(row.id)
+                for info in written:
+                    state.archive(
+                        "changedump-package",
+                        folder,
+                        info.url,
+                        from_=start,
+                        until=until,
+                        extra=json.dumps(
+                            {"length": info.length, "md5": info.md5, "manifest": info.manifest_url}
+                        ),
+                    )
+                state.put("cd_until", format_w3c(until))
+                state.put("cd_last_seq", str(top))
+        elif done_text is None:
+            state.put("cd_last_seq", str(done))
         packages = state.archived("changedump-package")
         # The live Change Dump lists the packages since its own `from`; past the limit it is
         # closed into the archive and a new one starts where it ended.
@@ -856,6 +880,16 @@ class _SetPublisher:
         self.note("changedump", "changedump.xml", doc, len(live))
         self._archive_document("changedump", "changedump-archive.xml", by="from")
 
+    def _changed_since_scan(self, keys: list[str]) -> None:
+        """Files whose packaged bytes are not the ones the scan hashed: the next run reads
+        them again and lists them as updated (with what it then finds), so the dumps and the
+        lists agree again even if the file went back to the bytes the scan saw."""
+        if keys:
+            self.state.mark_dirty(keys)
+            self.problems.append(
+                f"{len(keys)} file(s) changed while they were packaged (listed again next run)"
+            )
+
     def _package_entry(self, row: Any) -> Resource:
         extra = json.loads(row.extra or "{}")
         return Resource(
@@ -876,7 +910,11 @@ class _SetPublisher:
                 yield PackageItem(key=key, entry=res, open=None)
             else:
                 yield PackageItem(
-                    key=key, entry=res, open=self._opener(key), length=res.length or 0
+                    key=key,
+                    entry=res,
+                    open=self._opener(key),
+                    length=res.length or 0,
+                    expect=res.hashes,
                 )
 
 

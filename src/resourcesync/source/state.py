@@ -537,10 +537,10 @@ class SetState:
         for (xml,) in self.db.execute("SELECT xml FROM resources ORDER BY key"):
             yield bytes(xml)
 
-    def resource_rows(self) -> Iterator[tuple[str, str, str, int, str | None]]:
-        """(key, uri, lastmod, length, type) in key order (for dump packages)."""
+    def resource_rows(self) -> Iterator[tuple[str, str, str, int, str | None, str]]:
+        """(key, uri, lastmod, length, type, hashes) in key order (for dump packages)."""
         yield from self.db.execute(
-            "SELECT key, uri, lastmod, length, type FROM resources ORDER BY key"
+            "SELECT key, uri, lastmod, length, type, hashes FROM resources ORDER BY key"
         )
 
     def count(self) -> int:
