@@ -16,7 +16,8 @@ File names inside OUTDIR/<set>/:
     resourcelist.xml (+ resourcelist-NNNNN.xml parts)     resourcelist-archive.xml
     archive/resourcelist-<stamp>.xml                        earlier Resource Lists
     changelist.xml   the open Change List, or, once one has been closed, a Change List Index
-    changelists/changelist-NNNNN.xml                        every Change List (closed, open)
+    changelists/changelist-NNNNN.xml                        every closed Change List
+    changelists/changelist-NNNNN-open.xml                   the open one, once there is an index
     changelist-archive.xml
     resourcedump.xml  resourcedump-archive.xml  resourcedumps/<stamp>/package-NNNNN.zip (+ manifest)
     changedump.xml    changedump-archive.xml    changedumps/<from>/package-NNNNN.zip (+ manifest)
@@ -513,11 +514,12 @@ class _SetPublisher:
         archive_link = Link(rel="archives", href=self.link_url("changelist-archive.xml"))
         index_link = Link(rel="index", href=self.link_url("changelist.xml"))
         closed = [r for r in lists if r.until is not None]
-        # A list is written under its final name while it is open, so a list closed since it
-        # was last written must be written again, now with its `until` and every entry up to
-        # it. The state remembers the last list written closed (after it was written): a run
-        # killed in between writes it again. A state without the mark rewrites every closed
-        # list once, which repairs a tree published before the mark existed.
+        # A closed list is written once, under a name of its own (the open one has another:
+        # the index a reader already holds keeps pointing at a list as it was, never at one
+        # whose `until` or entries changed under it). The state remembers the last list written
+        # closed (after it was written): a run killed in between writes it again. A state
+        # without the mark rewrites every closed list once, which repairs a tree published when
+        # a closed list kept the contents it had while open.
         written = int(state.get("cl_closed_written") or 0)
         for row in closed:
             name = self._cl_name(row)
@@ -531,6 +533,24 @@ class _SetPublisher:
                 self.write(name, doc, state.changes(row.first_seq, row.last_seq))
         if closed and closed[-1].id > written:
             state.put("cl_closed_written", str(closed[-1].id))
+        # The archive lists the closed Change Lists (before the index: it names closed lists
+        # only, all written by now).
+        if rotated or self.redo or not self.path("changelist-archive.xml").exists():
+            entries = [
+                Resource(loc=self.link_url(self._cl_name(r)), from_=r.from_, until=r.until)
+                for r in closed
+            ]
+            doc = self.doc(Capability.CHANGELIST_ARCHIVE, links=[self.up])
+            index, n = self.split("changelist-archive.xml", doc, iter(entries))
+        else:
+            index, n = False, len(closed)
+        self.note(
+            "changelist-archive",
+            "changelist-archive.xml",
+            self.doc(Capability.CHANGELIST_ARCHIVE),
+            n,
+            index=index,
+        )
         count = state.count_changes(open_row.first_seq)
         if closed:
             # The open list lives among the others; changelist.xml becomes their index.
@@ -555,6 +575,10 @@ class _SetPublisher:
                     ],
                 )
             self.note("changelist", "changelist.xml", index_doc, len(lists), index=True)
+            if self.redo or rotated:
+                # The open lists of before, now closed and out of the index.
+                for row in closed:
+                    self.path(self._cl_name(row, open_=True)).unlink(missing_ok=True)
         else:
             doc = self.doc(
                 Capability.CHANGELIST, from_=open_row.from_, links=[self.up, archive_link]
@@ -562,26 +586,11 @@ class _SetPublisher:
             if self.redo or not self.path("changelist.xml").exists():
                 self.write("changelist.xml", doc, state.changes(open_row.first_seq))
             self.note("changelist", "changelist.xml", doc, count)
-        # The archive lists the closed Change Lists.
-        if rotated or self.redo or not self.path("changelist-archive.xml").exists():
-            entries = [
-                Resource(loc=self.link_url(self._cl_name(r)), from_=r.from_, until=r.until)
-                for r in closed
-            ]
-            doc = self.doc(Capability.CHANGELIST_ARCHIVE, links=[self.up])
-            index, n = self.split("changelist-archive.xml", doc, iter(entries))
-        else:
-            index, n = False, len(closed)
-        self.note(
-            "changelist-archive",
-            "changelist-archive.xml",
-            self.doc(Capability.CHANGELIST_ARCHIVE),
-            n,
-            index=index,
-        )
 
     @staticmethod
-    def _cl_name(row: ChangeListRow) -> str:
+    def _cl_name(row: ChangeListRow, *, open_: bool | None = None) -> str:
+        if row.until is None if open_ is None else open_:
+            return f"changelists/changelist-{row.id:05d}-open.xml"
         return f"changelists/changelist-{row.id:05d}.xml"
 
     def _rotate(self, current: ChangeListRow) -> int:
