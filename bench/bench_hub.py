@@ -229,6 +229,7 @@ def main() -> None:
             "--db", str(Path(tmp) / "hub.sqlite"), "--allow-loopback",
             "--log-level", os.environ.get("BENCH_HUB_LOG", "warning"),
             "--concurrency", str(CONCURRENCY),
+            "--publish-rate", "0",  # the benchmark measures throughput, not the limit
         ]  # fmt: skip
         procs = [
             start([sys.executable, __file__, "--receiver", str(recv_port)], f"{receiver}/count"),

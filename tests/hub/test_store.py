@@ -65,6 +65,8 @@ def test_queue_is_in_order_and_survives_reopening(tmp_path: Path) -> None:
         "topics": 1,
         "pending_deliveries": 0,
         "stored_notifications": 0,
+        "stored_bytes": 0,
+        "dropped_deliveries": 0,
     }
     store.close()
 

@@ -121,6 +121,42 @@ def _split_allow(values: tuple[str, ...]) -> tuple[tuple[IPNetwork, ...], frozen
     help="Deliveries in flight at once.",
 )
 @click.option(
+    "--max-pending",
+    type=click.IntRange(0),
+    default=1000,
+    show_default=True,
+    help="Notifications kept for one subscriber that does not take them (the oldest are "
+    "dropped past this and counted as a gap; 0: no cap).",
+)
+@click.option(
+    "--max-topic-notifications",
+    type=click.IntRange(0),
+    default=1000,
+    show_default=True,
+    help="Notifications kept per topic (0: no cap).",
+)
+@click.option(
+    "--max-topic-bytes",
+    type=click.IntRange(0),
+    default=64 << 20,
+    show_default=True,
+    help="Bytes of notifications kept per topic (0: no cap).",
+)
+@click.option(
+    "--publish-rate",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_default=True,
+    help="Notifications accepted per topic per second on average (0: no limit); more get 429.",
+)
+@click.option(
+    "--publish-burst",
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    help="Notifications accepted per topic at once before --publish-rate applies.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="info",
@@ -148,6 +184,11 @@ def hub(
     retry_backoff: float,
     retry_max: float,
     concurrency: int,
+    max_pending: int,
+    max_topic_notifications: int,
+    max_topic_bytes: int,
+    publish_rate: float,
+    publish_burst: int,
     log_level: str,
 ) -> None:
     """Run a WebSub hub for ResourceSync Change Notification.
@@ -185,6 +226,11 @@ def hub(
         timeout=timeout,
         retry=RetryPolicy(retries=0, backoff=retry_backoff, max_backoff=retry_max),
         concurrency=concurrency,
+        max_pending_per_subscription=max_pending,
+        max_topic_notifications=max_topic_notifications,
+        max_topic_bytes=max_topic_bytes,
+        publish_rate=publish_rate,
+        publish_burst=publish_burst,
     )
     app = create_app(config, db, path=url_path)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(message)s")

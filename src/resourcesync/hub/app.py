@@ -174,12 +174,21 @@ class Hub:
         self._verifications: set[asyncio.Task[None]] = set()
         self._verify_slots = asyncio.Semaphore(max(1, config.concurrency // 4))
         self._topic_ok: dict[str, float] = {}
+        #: Per topic: (tokens left, when counted) — the publishers' rate limit.
+        self._buckets: dict[str, tuple[float, float]] = {}
 
     # -- lifespan --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.store = Store(self.db, clock=self.clock)
         cfg = self.config
+        self.store = Store(
+            self.db,
+            clock=self.clock,
+            max_pending=cfg.max_pending_per_subscription,
+            max_topic_notifications=cfg.max_topic_notifications,
+            max_topic_bytes=cfg.max_topic_bytes,
+            memory_budget=cfg.memory_budget,
+        )
         self.client = make_async_client(
             HttpOptions(
                 timeout=cfg.timeout,
@@ -377,6 +386,14 @@ class Hub:
             return _bad(f'Link rel="self" {topic!r} is not an absolute http(s) URL')
         if not cfg.topic_allowed(topic):
             return _bad(f"topic {topic} is not relayed by this hub", 403)
+        wait = self._rate_limited(normalise_topic(topic))
+        if wait is not None:
+            return _bad(
+                f"too many notifications for {topic}: at most {cfg.publish_rate:g}/s "
+                f"(bursts of {cfg.publish_burst}); try again later",
+                429,
+                {"Retry-After": str(max(1, round(wait)))},
+            )
 
         if len(body) > 64 << 10:  # parsing a large payload must not stall the event loop
             problem = await anyio.to_thread.run_sync(
@@ -403,6 +420,24 @@ class Hub:
         subscribers = store.publish(normalise_topic(topic), format_links(forward), body)
         deliverer.kick(subscribers)
         return PlainTextResponse(f"accepted: queued for {len(subscribers)} subscriber(s)\n", 200)
+
+    def _rate_limited(self, key: str) -> float | None:
+        """Take a token from the topic's bucket; None when there was one, else the seconds
+        until there is."""
+        cfg = self.config
+        if cfg.publish_rate <= 0 or cfg.publish_burst <= 0:
+            return None
+        now = time.monotonic()
+        tokens, then = self._buckets.get(key, (float(cfg.publish_burst), now))
+        tokens = min(float(cfg.publish_burst), tokens + (now - then) * cfg.publish_rate)
+        if tokens < 1.0:
+            self._buckets[key] = (tokens, now)
+            return (1.0 - tokens) / cfg.publish_rate
+        if len(self._buckets) > 10_000:
+            # Full buckets carry nothing worth keeping.
+            self._buckets = {k: v for k, v in self._buckets.items() if v[0] < cfg.publish_burst - 1}
+        self._buckets[key] = (tokens - 1.0, now)
+        return None
 
     async def _check_topic(self, topic: str) -> str | None:
         """Change Notification §4.1: HEAD/GET on the topic URI answers 200, application/xml,

@@ -191,6 +191,17 @@ class HubConfig:
     max_pending_verifications: int = 1000
     #: How often leases that ran out are swept (they are enforced at every delivery anyway).
     sweep_interval: float = 30.0
+    #: What is kept for a subscriber that does not take its deliveries, and per topic; past
+    #: these the oldest are dropped and counted as a gap (0: no cap).
+    max_pending_per_subscription: int = 1000
+    max_topic_notifications: int = 1000
+    max_topic_bytes: int = 64 << 20
+    #: Payloads held in memory for deliveries in flight (shared by all their subscribers).
+    memory_budget: int = 64 << 20
+    #: Notifications accepted per topic: `publish_rate` a second on average, bursts of
+    #: `publish_burst` (0: no limit); more gets 429 with Retry-After.
+    publish_rate: float = 10.0
+    publish_burst: int = 100
 
     def topic_allowed(self, topic: str) -> bool:
         """Whether `topic` is relayed (compared in normal form, see `topics`)."""

@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import hmac
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 import httpx
@@ -38,6 +38,14 @@ log = logging.getLogger("resourcesync.hub")
 def sign(secret: bytes, body: bytes) -> str:
     """The `X-Hub-Signature` value for `body`: `sha256=` and the hex HMAC-SHA256."""
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+async def _chunks(body: bytes, size: int = 64 << 10) -> AsyncIterator[bytes]:
+    """The shared payload in small pieces: a delivery in flight holds one piece of its own,
+    not a copy of the whole body."""
+    view = memoryview(body)
+    for start in range(0, len(view), size):
+        yield bytes(view[start : start + size])
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,14 +190,20 @@ class Deliverer:
         refusal = await self.config.policy.check(d.callback)
         if refusal is not None:
             return Outcome("refused", f"callback not allowed: {refusal}")
-        headers = {"Content-Type": "application/xml", "Link": d.link}
+        headers = {
+            "Content-Type": "application/xml",
+            "Link": d.link,
+            "Content-Length": str(len(d.body)),
+        }
         if d.secret is not None:
             headers["X-Hub-Signature"] = sign(d.secret, d.body)
         async with self._slots:
             try:
                 async with (
                     asyncio.timeout(self.config.timeout),
-                    self.client.stream("POST", d.callback, content=d.body, headers=headers) as r,
+                    self.client.stream(
+                        "POST", d.callback, content=_chunks(d.body), headers=headers
+                    ) as r,
                 ):
                     # The answer's body is not read: only the status matters.
                     status = r.status_code

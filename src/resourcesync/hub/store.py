@@ -14,18 +14,29 @@ loss, delivers a notification a second time — never loses one.
 
 All methods are synchronous and short; the hub calls them from its event loop (one connection,
 one thread), so a transaction never interleaves with another.
+
+Bounds (issue 17.5): a payload is stored once however many subscribers wait for it, and held in
+memory once (`_Bodies`) however many deliveries of it are in flight. What is kept is capped per
+subscription (`max_pending`) and per topic (`max_topic_notifications`, `max_topic_bytes`): past
+a cap the oldest are dropped, and each subscription that lost deliveries counts them in
+`dropped` — a gap its subscriber sees (the next notification's `from` is after the last `until`
+it got) and repairs from the Change List.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Delivery", "Store", "Subscription"]
+
+log = logging.getLogger("resourcesync.hub")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS subscriptions (
@@ -54,6 +65,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     PRIMARY KEY (subscription_id, notification_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS deliveries_by_notification ON deliveries (notification_id);
+CREATE INDEX IF NOT EXISTS notifications_by_topic ON notifications (topic, id);
 """
 
 
@@ -85,17 +97,64 @@ class Delivery:
     expires: float
 
 
-class Store:
-    """The hub's SQLite file. `clock` gives the current time in seconds since the epoch."""
+class _Bodies:
+    """Payloads read from the file, kept in memory up to `budget` bytes (least recently used
+    first out): every delivery of one notification shares one `bytes` object."""
 
-    def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.size = 0
+        self._items: OrderedDict[int, bytes] = OrderedDict()
+
+    def get(self, nid: int, load: Callable[[], bytes]) -> bytes:
+        body = self._items.get(nid)
+        if body is not None:
+            self._items.move_to_end(nid)
+            return body
+        body = load()
+        self._items[nid] = body
+        self.size += len(body)
+        while self.size > self.budget and len(self._items) > 1:
+            _, old = self._items.popitem(last=False)
+            self.size -= len(old)
+        return body
+
+    def forget(self, nid: int) -> None:
+        body = self._items.pop(nid, None)
+        if body is not None:
+            self.size -= len(body)
+
+
+class Store:
+    """The hub's SQLite file. `clock` gives the current time in seconds since the epoch; the
+    caps are described in the module docstring (0: no cap)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_pending: int = 0,
+        max_topic_notifications: int = 0,
+        max_topic_bytes: int = 0,
+        memory_budget: int = 64 << 20,
+    ) -> None:
         self.path = str(path)
         self.clock = clock
+        self.max_pending = max_pending
+        self.max_topic_notifications = max_topic_notifications
+        self.max_topic_bytes = max_topic_bytes
+        self._bodies = _Bodies(memory_budget)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(subscriptions)")}
+        if "dropped" not in columns:  # a file from an earlier version
+            self._db.execute(
+                "ALTER TABLE subscriptions ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0"
+            )
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
@@ -217,7 +276,62 @@ class Store:
                 " VALUES (?, ?, ?)",
                 [(sub_id, nid, now) for sub_id in subs],
             )
+            self._cap(db, topic, subs)
         return subs
+
+    def _cap(self, db: sqlite3.Connection, topic: str, subs: list[int]) -> None:
+        """Drop the oldest of what is kept past the caps, counting the gaps."""
+        dropped: dict[int, int] = {}
+        if self.max_pending:
+            over = db.execute(
+                "SELECT subscription_id, count(*) - ? FROM deliveries WHERE subscription_id IN"
+                f" ({','.join('?' * len(subs))}) GROUP BY subscription_id"
+                " HAVING count(*) > ?",
+                (self.max_pending, *subs, self.max_pending),
+            ).fetchall()
+            for sub_id, n in over:
+                gone = [
+                    int(r[0])
+                    for r in db.execute(
+                        "SELECT notification_id FROM deliveries WHERE subscription_id = ?"
+                        " ORDER BY notification_id LIMIT ?",
+                        (sub_id, n),
+                    )
+                ]
+                db.executemany(
+                    "DELETE FROM deliveries WHERE subscription_id = ? AND notification_id = ?",
+                    [(sub_id, g) for g in gone],
+                )
+                dropped[sub_id] = dropped.get(sub_id, 0) + len(gone)
+                for g in gone:
+                    self._collect(db, g)
+        if self.max_topic_notifications or self.max_topic_bytes:
+            rows = db.execute(
+                "SELECT id, length(body) FROM notifications WHERE topic = ? ORDER BY id DESC",
+                (topic,),
+            ).fetchall()
+            kept = total = 0
+            for nid, size in rows:
+                kept += 1
+                total += size
+                if kept == 1:
+                    continue  # the newest is always kept
+                over_count = self.max_topic_notifications and kept > self.max_topic_notifications
+                if over_count or (self.max_topic_bytes and total > self.max_topic_bytes):
+                    for (sub_id,) in db.execute(
+                        "SELECT subscription_id FROM deliveries WHERE notification_id = ?", (nid,)
+                    ).fetchall():
+                        dropped[sub_id] = dropped.get(sub_id, 0) + 1
+                    db.execute("DELETE FROM deliveries WHERE notification_id = ?", (nid,))
+                    self._collect(db, nid)
+        for sub_id, n in dropped.items():
+            db.execute("UPDATE subscriptions SET dropped = dropped + ? WHERE id = ?", (n, sub_id))
+            log.info(
+                "hub: %d oldest notification(s) for subscription %d dropped (cap reached);"
+                " its subscriber sees a gap and catches up",
+                n,
+                sub_id,
+            )
 
     # -- deliveries ------------------------------------------------------------------------
 
@@ -225,13 +339,24 @@ class Store:
         """The oldest pending delivery of a subscription, or None when its queue is empty."""
         row = self._db.execute(
             "SELECT d.subscription_id, d.notification_id, d.attempts, d.next_try, n.topic,"
-            " n.link, n.body, s.callback, s.secret, s.expires"
+            " n.link, s.callback, s.secret, s.expires"
             " FROM deliveries d JOIN notifications n ON n.id = d.notification_id"
             " JOIN subscriptions s ON s.id = d.subscription_id"
             " WHERE d.subscription_id = ? ORDER BY d.notification_id LIMIT 1",
             (subscription_id,),
         ).fetchone()
-        return None if row is None else Delivery(*row)
+        if row is None:
+            return None
+        nid = int(row[1])
+        body = self._bodies.get(nid, lambda: self._body(nid))
+        sub_id, _, attempts, next_try, topic, link, callback, secret, expires = row
+        return Delivery(
+            sub_id, nid, attempts, next_try, topic, link, body, callback, secret, expires
+        )
+
+    def _body(self, nid: int) -> bytes:
+        row = self._db.execute("SELECT body FROM notifications WHERE id = ?", (nid,)).fetchone()
+        return bytes(row[0]) if row is not None else b""
 
     def delivered(self, subscription_id: int, notification_id: int) -> None:
         with self._tx(durable=False) as db:
@@ -253,11 +378,13 @@ class Store:
 
     def _collect(self, db: sqlite3.Connection, notification_id: int) -> None:
         """Forget a notification nobody is waiting for any more."""
-        db.execute(
+        gone = db.execute(
             "DELETE FROM notifications WHERE id = ? AND NOT EXISTS"
             " (SELECT 1 FROM deliveries WHERE notification_id = ?)",
             (notification_id, notification_id),
-        )
+        ).rowcount
+        if gone:
+            self._bodies.forget(notification_id)
 
     def pending_subscriptions(self) -> list[int]:
         """Subscriptions with deliveries waiting (what a restarted hub resumes)."""
@@ -281,4 +408,6 @@ class Store:
             "topics": one("SELECT count(DISTINCT topic) FROM subscriptions WHERE expires > ?", now),
             "pending_deliveries": one("SELECT count(*) FROM deliveries"),
             "stored_notifications": one("SELECT count(*) FROM notifications"),
+            "stored_bytes": one("SELECT coalesce(sum(length(body)), 0) FROM notifications"),
+            "dropped_deliveries": one("SELECT coalesce(sum(dropped), 0) FROM subscriptions"),
         }
