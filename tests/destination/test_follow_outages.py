@@ -311,3 +311,64 @@ def test_the_verification_wait_is_an_option(tmp_path: Path) -> None:
 
 
 _ = Any
+
+
+def test_a_framework_notification_is_acted_on_at_once(tmp_path: Path) -> None:
+    """Framework Notification 1.0.1: `follow` subscribes to the framework channel its
+    Capability List advertises (Example 8) and reads the Source again when told that a
+    capability document changed (here an updated Change List whose change notification was
+    never sent), not at the next poll."""
+    dead_hub = f"http://127.0.0.1:{free_port()}/"
+    data, config, site_port = _site(tmp_path, dead_hub)
+    site = f"http://127.0.0.1:{site_port}/"
+    framework_topic = site + "set1/framework/"
+    capabilitylist = tmp_path / "out" / "set1" / "capabilitylist.xml"
+
+    def advertise(hub: str) -> None:
+        text = capabilitylist.read_text().replace(dead_hub, hub)
+        channel = (
+            f"  <url>\n    <loc>{framework_topic}</loc>\n"
+            '    <rs:md capability="framework-notification"/>\n'
+            f'    <rs:ln rel="hub" href="{hub}"/>\n  </url>\n</urlset>'
+        )
+        capabilitylist.write_text(text.replace("</urlset>", channel))
+
+    dest = tmp_path / "copy"
+    with (
+        run_hub(fast_config(), tmp_path / "hub.sqlite") as hub,
+        serve_on(create_app(tmp_path / "out"), site_port),
+    ):
+        advertise(hub)
+        follower = Follower(site, dest, QUICK, poll_interval=3600)
+        wait_for(lambda: len(follower.details("subscribed")) == 2)
+        channels = {d["channel"]: d["topic"] for d in follower.details("subscribed")}
+        assert channels["framework"] == framework_topic
+        follower.wait_event("caught-up")
+        (data / "a.txt").write_text("a1")
+        publish(config)  # its change notification goes nowhere
+        advertise(hub)
+        notice = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+            ' xmlns:rs="http://www.openarchives.org/rs/terms/">\n'
+            f'  <rs:ln rel="up" href="{site}set1/capabilitylist.xml"/>\n'
+            '  <rs:md capability="framework-notification"/>\n'
+            f"  <url><loc>{site}set1/changelist.xml</loc>"
+            '<rs:md change="updated" capability="changelist"/></url>\n'
+            "</urlset>\n"
+        )
+        r = httpx.post(
+            hub,
+            content=notice,
+            headers={
+                "Content-Type": "application/xml",
+                "Link": f'<{framework_topic}>; rel="self", <{hub}>; rel="hub"',
+            },
+        )
+        assert r.status_code == 200, r.text
+        wait_for(lambda: _read(dest / "files" / "a.txt") == "a1")
+        follower.finish()
+    (told,) = follower.details("framework")
+    assert told == [
+        {"loc": f"{site}set1/changelist.xml", "change": "updated", "capability": "changelist"}
+    ]

@@ -163,3 +163,45 @@ def test_check_topic_reads_the_topics_link_headers(
             assert r.status_code == 400
             assert "topic check failed" in r.text
             assert problem in r.text
+
+
+def _framework_examples() -> list[bytes]:
+    """The framework notification payloads in the Framework Notification spec (Examples 1, 2)."""
+    import re
+    from html import unescape
+
+    from ..conftest import SPECS
+
+    path = SPECS / "resourcesync-framework-notification-1.0.1.html"
+    if not path.is_file():
+        return []
+    out = []
+    for block in re.findall(r"(?s)<pre[^>]*>(.*?)</pre>", path.read_text(encoding="utf-8")):
+        text = unescape(re.sub(r"(?s)<[^>]+>", "", block))
+        start = text.find("<?xml")
+        # (Example 8, the Capability List that advertises the channel, is not a payload.)
+        if start >= 0 and "</urlset>" in text and 'capability="framework-notification"/>' in text:
+            out.append(text[start:].strip().encode("utf-8"))
+    return out
+
+
+def test_framework_notifications_are_relayed_like_any_topic(
+    shared_hub: str, shared_subscriber: Subscriber
+) -> None:
+    """Framework Notification 1.0.1 §4: the hub takes and delivers the framework channel's
+    payloads (no from/until needed; each entry says which capability document changed)."""
+    examples = _framework_examples()
+    if not examples:
+        pytest.skip("the specifications are not beside the repository")
+    topic = "http://example.com/dataset1/framework/"
+    sub = shared_subscriber
+    subscribed(shared_hub, sub, topic=topic)
+    before = len(sub.received)
+    for body in examples:
+        r = publish(shared_hub, body, topic)
+        assert r.status_code == 200, r.text
+    wait_for(lambda: len(sub.received) == before + len(examples), what="deliveries")
+    assert sub.bodies()[before:] == examples
+    incomplete = examples[0].replace(b' capability="resourcelist"', b"")
+    r = publish(shared_hub, incomplete, topic)
+    assert r.status_code == 400 and "needs change and capability" in r.text

@@ -136,16 +136,29 @@ async def _read_capped(request: Request, cap: int) -> bytes:
 
 
 def _check_payload(body: bytes, cap: int) -> str | None:
-    """Why `body` is not a change notification we relay, or None. Reads every entry, so a
-    payload that breaks half way is refused, not relayed."""
+    """Why `body` is not a notification we relay, or None: a change notification (Change
+    Notification §3: `from` and `until` required) or a framework notification (Framework
+    Notification §3: each entry names the `capability` of the document that changed). Reads
+    every entry, so a payload that breaks half way is refused, not relayed."""
     try:
         with open_document(body, name="payload", max_bytes=cap) as reader:
             doc = reader.document
             if doc.index:
-                return "a change notification is a <urlset>, not a <sitemapindex> (§3)"
+                return "a notification is a <urlset>, not a <sitemapindex> (§3)"
+            if doc.capability == Capability.FRAMEWORK_NOTIFICATION:
+                for entry in reader:
+                    if not entry.capability or not entry.change:
+                        return (
+                            f"entry {entry.loc} of a framework notification needs change and "
+                            "capability (Framework Notification §3)"
+                        )
+                return None
             if doc.capability != Capability.CHANGE_NOTIFICATION:
                 found = f'"{doc.capability}"' if doc.capability else "missing"
-                return f'capability is {found}; a notification has "change-notification" (§3)'
+                return (
+                    f'capability is {found}; a notification has "change-notification" or '
+                    '"framework-notification" (§3)'
+                )
             if doc.from_ is None or doc.until is None:
                 return "<rs:md> of a change notification needs both from and until (§3)"
             for _ in reader:
