@@ -6,6 +6,7 @@ import click
 
 from .. import __version__
 from .document import cat, validate
+from .fleet import fleet
 from .hub import hub
 from .lirs import antenna, lirs
 from .publish import publish
@@ -33,5 +34,6 @@ main.add_command(audit)
 main.add_command(hub)
 main.add_command(lirs)
 main.add_command(antenna)
+main.add_command(fleet)
 
 __all__ = ["main"]

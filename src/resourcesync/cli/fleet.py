@@ -1,0 +1,382 @@
+"""`fleet`: follow many Sources — register them, run them on a schedule, see their status."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ._common import EXIT_FINDINGS, EXIT_OK, fail, handle_errors
+
+if TYPE_CHECKING:
+    from ..fleet import FleetStore, Outcome, Row
+
+# The fleet's modules (and through them the sync engine, psycopg, Celery) are imported when a
+# command runs, not when the command line starts.
+
+
+class _Duration(click.ParamType[float]):
+    name = "DURATION"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        from ..fleet import parse_duration
+
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = _Duration()
+
+
+def _where(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option(
+        "--db",
+        metavar="URL",
+        envvar="RESOURCESYNC_FLEET_DB",
+        help="A postgresql:// store shared by a cluster (default: SQLite under --root).",
+    )(func)
+    return click.option(
+        "--root",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=".",
+        show_default=True,
+        help="The fleet's home: its database and each Source's copy at ROOT/NAME/.",
+    )(func)
+
+
+@contextlib.contextmanager
+def _store(root: Path, db: str | None) -> Iterator[FleetStore]:
+    from ..fleet import open_store
+
+    store = open_store(root, db)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@click.group()
+def fleet() -> None:
+    """Follow many Sources: register them, run their syncs on a schedule, see their status.
+
+    Each Source's copy lives at ROOT/NAME/ (or its --dest). Embedded by default (SQLite under
+    ROOT, syncs in this process); with --broker and --db, the syncs run on Celery workers
+    (`resourcesync worker`) sharing a PostgreSQL store.
+    """
+
+
+@fleet.command()
+@click.argument("source")
+@click.option("--name", required=True, help="Its name in the fleet (and its copy's folder).")
+@click.option("--dest", type=click.Path(file_okay=False), help="Its copy elsewhere than ROOT/NAME.")
+@click.option("--every", type=DURATION, default="1h", show_default=True, help="How often to sync.")
+@click.option(
+    "--via", type=click.Choice(["auto", "lists", "dumps"]), default="auto", show_default=True
+)
+@click.option("--delete", is_flag=True, help="Apply the Source's deletions to the copy.")
+@click.option(
+    "--header",
+    multiple=True,
+    metavar="'NAME: VALUE'",
+    help="Request header for the Source's host (repeatable).",
+)
+@click.option("--replace", is_flag=True, help="Update the Source of this name if registered.")
+@_where
+@handle_errors
+def add(
+    source: str,
+    name: str,
+    dest: str | None,
+    every: float,
+    via: str,
+    delete: bool,
+    header: tuple[str, ...],
+    replace: bool,
+    root: Path,
+    db: str | None,
+) -> None:
+    """Register SOURCE (its site or Source Description URL). It runs at the next `fleet run`."""
+    from ..fleet import Entry
+    from ..fleet.registry import parse_header
+
+    try:
+        headers = dict(parse_header(h) for h in header)
+        entry = Entry(
+            name, source, str(Path(dest).resolve()) if dest else None, every, via, delete, headers
+        )
+        entry.check()
+    except ValueError as exc:
+        fail(str(exc))
+    with _store(root, db) as store:
+        store.add([entry], now=time.time(), replace=replace)
+    click.echo(f"added {name}: {source} every {every:g} s", err=True)
+
+
+@fleet.command()
+@click.argument("name")
+@_where
+@handle_errors
+def remove(name: str, root: Path, db: str | None) -> None:
+    """Stop following NAME (its copy is left where it is)."""
+    with _store(root, db) as store:
+        if not store.remove(name):
+            fail(f"no Source named {name!r} in this fleet")
+    click.echo(f"removed {name}", err=True)
+
+
+@fleet.command("list")
+@_where
+@handle_errors
+def list_(root: Path, db: str | None) -> None:
+    """The registered Sources: NAME, SOURCE, every (seconds), via, delete — tab-separated."""
+    with _store(root, db) as store:
+        for row in store.rows():
+            e = row.entry
+            click.echo(
+                f"{e.name}\t{e.source}\t{e.every:g}\t{e.via}\t{'delete' if e.delete else '-'}"
+            )
+
+
+@fleet.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--replace", is_flag=True, help="Update the Sources already registered.")
+@_where
+@handle_errors
+def import_(file: Path, replace: bool, root: Path, db: str | None) -> None:
+    """Register every Source of FILE: TOML (`[[source]]` tables with name, source, and
+    optionally dest, every, via, delete, headers) or CSV (a header row naming those columns).
+    All or nothing: one bad entry and none is registered."""
+    from ..fleet import read_entries
+
+    entries = list(read_entries(file))  # all checked before the first is stored
+    with _store(root, db) as store:
+        n = store.add(entries, now=time.time(), replace=replace)
+    click.echo(f"imported {n} Sources from {file}", err=True)
+
+
+def _line(row: Row, outcome: Outcome) -> None:
+    if outcome.ok:
+        c = outcome.counts
+        click.echo(
+            f"{row.name}: ok ({outcome.mode}): {c.get('fetched', 0)} fetched, "
+            f"{c.get('deleted', 0)} deleted in {outcome.seconds:.2f} s",
+            err=True,
+        )
+    else:
+        click.echo(f"{row.name}: FAILED: {outcome.error}", err=True)
+
+
+@fleet.command()
+@click.option("--once", is_flag=True, help="Run what is due, wait for it, exit (0: all ok).")
+@click.option("--all", "all_", is_flag=True, help="With --once: every Source, due or not.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 1024),
+    default=8,
+    show_default=True,
+    help="Syncs at once in all.",
+)
+@click.option(
+    "--per-host",
+    type=click.IntRange(1, 256),
+    default=2,
+    show_default=True,
+    help="Syncs at once against one host (shared by its Sources).",
+)
+@click.option(
+    "--requests",
+    type=click.IntRange(1, 64),
+    default=2,
+    show_default=True,
+    help="Requests in flight per sync.",
+)
+@click.option(
+    "--retry-after",
+    type=DURATION,
+    default="1m",
+    show_default=True,
+    help="First wait after a failure (doubled each time).",
+)
+@click.option(
+    "--max-backoff",
+    type=DURATION,
+    default="6h",
+    show_default=True,
+    help="Longest wait after failures.",
+)
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True)
+@click.option(
+    "--retries",
+    type=click.IntRange(0, 20),
+    default=3,
+    show_default=True,
+    help="Retries of a failed request within one sync.",
+)
+@_where
+@handle_errors
+def run(
+    once: bool,
+    all_: bool,
+    jobs: int,
+    per_host: int,
+    requests: int,
+    retry_after: float,
+    max_backoff: float,
+    timeout: float,
+    retries: int,
+    root: Path,
+    db: str | None,
+) -> None:
+    """Run each Source's sync when it is due: its first run is a baseline, later ones are
+    incremental; a failing Source is retried after a growing wait. Keeps going until stopped
+    (Ctrl-C, SIGTERM: the syncs in flight finish and are recorded first); with --once, runs
+    what is due and exits 0 when every sync succeeded, 1 otherwise."""
+    if all_ and not once:
+        fail("--all goes with --once")
+    from ..fleet import Backoff, Limits
+    from ..fleet.embedded import Embedded
+
+    limits = Limits(jobs=jobs, per_host=per_host, requests=requests)
+    backoff = Backoff(first=retry_after, cap=max_backoff)
+    with _store(root, db) as store:
+        runner = Embedded(
+            store, root, limits, backoff, timeout=timeout, retries=retries, on_outcome=_line
+        )
+        try:
+            if once:
+                rows = store.rows() if all_ else iter(store.due(time.time(), 1 << 62))
+                results = runner.run_once(rows)
+                for name, outcome in results:
+                    if outcome is None:
+                        click.echo(f"{name}: skipped: another run is syncing it", err=True)
+                bad = sum(1 for _, o in results if o is None or not o.ok)
+                click.echo(f"{len(results)} Sources run, {bad} not ok", err=True)
+                sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
+            _forever(runner)
+        finally:
+            runner.close()
+
+
+def _forever(runner: Any) -> None:
+    import signal
+    import threading
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    runner.run(stop)
+
+
+@fleet.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write an HTML page to FILE.",
+)
+@_where
+@handle_errors
+def status(as_json: bool, html_file: Path | None, root: Path, db: str | None) -> None:
+    """Per Source: last run and result, counts, cursor, lag, next run, consecutive failures and
+    the last error; then the totals. Exit 0 when no Source is failing, 1 otherwise."""
+    from ..fleet.status import Totals, entry_status, rows_html, write_json
+
+    now = time.time()
+    with _store(root, db) as store:
+        if html_file is not None:
+            from ..atomic import AtomicFile
+
+            with AtomicFile(html_file) as f:
+                for chunk in rows_html(store.rows(), now):
+                    f.write(chunk.encode())
+        if as_json:
+            totals = write_json(store.rows(), now, sys.stdout)
+        elif html_file is None:
+            totals = _table(store.rows(), now)
+        else:
+            totals = Totals()
+            for row in store.rows():
+                totals.add(entry_status(row, now))
+    sys.exit(EXIT_FINDINGS if totals.failing else EXIT_OK)
+
+
+def _table(rows: Iterator[Row], now: float) -> Any:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..fleet.status import Totals, age, entry_status
+
+    table = Table(box=None, header_style="bold")
+    for col in (
+        "Name",
+        "Host",
+        "Result",
+        "Last run",
+        "Took",
+        "Lag",
+        "Fetched",
+        "Deleted",
+        "Failed",
+        "Next",
+        "Fails",
+        "Last error",
+    ):
+        table.add_column(
+            col,
+            justify="right"
+            if col in ("Took", "Lag", "Fetched", "Deleted", "Failed", "Fails")
+            else "left",
+            overflow="fold",
+            no_wrap=col in ("Name", "Result", "Host", "Last run", "Next"),
+        )
+    totals = Totals()
+    for row in rows:
+        s = entry_status(row, now)
+        totals.add(s)
+        result = (
+            "[dim]never run[/]"
+            if s["ok"] is None
+            else "[green]ok[/]"
+            if s["ok"]
+            else "[bold red]FAILED[/]"
+        )
+        table.add_row(
+            s["name"],
+            s["host"],
+            result,
+            age(now - row.last_run) + " ago" if row.last_run else "-",
+            f"{s['seconds']:.1f}s" if s["seconds"] is not None else "-",
+            age(s["lag"]),
+            str(s["fetched"]),
+            str(s["deleted"]),
+            str(s["failed"]),
+            "due" if s["due"] else "in " + age(row.next_run - now),
+            str(s["failures"]) if s["failures"] else "",
+            s["error"] or "",
+        )
+    # A pipe or a file gets the whole table, not one folded to 80 columns.
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    failing = f"{totals.failing} failing"
+    if totals.failing:
+        failing = f"[bold red]{failing}[/]"
+    console.print(
+        f"{totals.sources} Sources: [green]{totals.ok} ok[/], {failing}, "
+        f"{totals.never_run} never run, {totals.due} due"
+    )
+    return totals
+
+
+__all__ = ["fleet"]

@@ -1,0 +1,98 @@
+"""One unit of a fleet's work: an incremental sync of one Source into its copy, through the
+Destination's public door (`destination.sync.sync`). The same function runs in a thread of the
+embedded runner and in a Celery task; it is idempotent and resumes from the copy's own state,
+so running it again after a crash is always safe.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ..destination.sync import SyncOptions, SyncReport, sync
+from ..errors import ResourceSyncError
+from ..http import HttpOptions, RetryPolicy
+from .registry import Entry
+from .store import Outcome
+
+__all__ = ["COUNTS", "sync_source"]
+
+COUNTS = (
+    "fetched",
+    "not_modified",
+    "unchanged",
+    "deleted",
+    "pending_deletes",
+    "failed",
+    "refused",
+    "changes",
+    "bytes",
+)
+
+
+def _options(
+    entry: Entry, requests: int, timeout: float, retries: int, baseline: bool
+) -> SyncOptions:
+    return SyncOptions(
+        delete=entry.delete,
+        via=entry.via,
+        baseline=baseline,
+        per_host=requests,
+        transfers=max(requests, 4),
+        headers=dict(entry.headers),
+        http=HttpOptions(
+            timeout=timeout,
+            retry=RetryPolicy(retries=retries),
+            max_connections=max(requests * 2, 10),
+        ),
+    )
+
+
+def _error(report: SyncReport) -> str | None:
+    for s in report.sets:
+        if s.gap:
+            return f"{s.name}: gap: {s.gap}"
+        if s.failed or s.refused:
+            first = f": {s.problems[0].uri}: {s.problems[0].message}" if s.problems else ""
+            return f"{s.name}: {s.failed} failed, {s.refused} refused{first}"
+    return None
+
+
+def sync_source(
+    entry: Entry,
+    root: Path,
+    *,
+    requests: int = 2,
+    timeout: float = 30.0,
+    retries: int = 3,
+) -> Outcome:
+    """Bring the copy of `entry` in step with its Source. A first run is a baseline; a gap in
+    the Source's change history (changes no longer listed anywhere) is recovered by a baseline
+    at once rather than left for an operator. Never raises for the Source's faults: they are
+    the outcome's error."""
+    started = time.time()
+    t0 = time.monotonic()
+    dest = entry.copy_dir(root)
+    try:
+        report = sync(entry.source, dest, _options(entry, requests, timeout, retries, False))
+        mode = "+".join(sorted({s.mode for s in report.sets})) or "empty"
+        if any(s.gap for s in report.sets):
+            report = sync(entry.source, dest, _options(entry, requests, timeout, retries, True))
+            mode = "baseline after a gap"
+    except ResourceSyncError as exc:
+        return Outcome(started, time.monotonic() - t0, False, "", str(exc))
+    except OSError as exc:
+        # The copy's disk, not the Source: still one Source's failure, not the fleet's.
+        return Outcome(started, time.monotonic() - t0, False, "", f"{dest}: {exc}")
+    counts: dict[str, Any] = {k: sum(getattr(s, k) for s in report.sets) for k in COUNTS}
+    cursors = [s.cursor for s in report.sets if s.cursor]
+    return Outcome(
+        started=started,
+        seconds=time.monotonic() - t0,
+        ok=report.ok,
+        mode=mode,
+        error=_error(report),
+        cursor=max(cursors) if cursors else None,
+        counts=counts,
+    )

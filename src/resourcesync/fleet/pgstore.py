@@ -1,0 +1,74 @@
+"""The fleet's store in PostgreSQL: the same schema and SQL as the embedded store, shared by the
+scheduler and every worker of a cluster. Exactly one sync per Source at a time across the
+cluster is a PostgreSQL advisory lock, held on its own connection for the length of the sync:
+a worker that dies (even by kill -9) drops its connection and PostgreSQL releases the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+
+from .registry import FleetError
+from .store import SCHEMA, SQLStore
+
+__all__ = ["PostgresStore"]
+
+_LOCK_KEY = "resourcesync.fleet:"
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, sep, user = head.partition("://")
+    return f"{scheme}{sep}{user.split(':', 1)[0]}@{tail}"
+
+
+class PostgresStore(SQLStore):
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn = self._connect()
+        with self._transaction():
+            # Two processes creating the schema at once would race on the catalog.
+            self._execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('resourcesync.schema', 0))"
+            )
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    self._execute(statement)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise FleetError(f"cannot connect: {first}", source=_redact(self.url)) from None
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
+        try:
+            cur = self.conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+            return list(cur.fetchall()) if cur.description else []
+        except psycopg.OperationalError as exc:
+            raise FleetError(f"fleet database: {exc}", source=_redact(self.url)) from None
+
+    def _transaction(self) -> contextlib.AbstractContextManager[Any]:
+        return self.conn.transaction()
+
+    @contextlib.contextmanager
+    def lock(self, name: str) -> Iterator[bool]:
+        conn = self._connect()
+        try:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (_LOCK_KEY + name,)
+            ).fetchone()
+            yield bool(row and row[0])
+        finally:
+            conn.close()  # ends the session: the lock goes with it
+
+    def close(self) -> None:
+        self.conn.close()

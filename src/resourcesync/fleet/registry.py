@@ -1,0 +1,162 @@
+"""What a fleet follows: one `Entry` per Source, read from the command line or from a TOML or
+CSV list (so thousands can be registered at once), checked before anything is stored."""
+
+from __future__ import annotations
+
+import csv
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import ResourceSyncError
+
+__all__ = ["Entry", "FleetError", "parse_duration", "read_entries"]
+
+#: A name is one path component: it names the copy's folder under the fleet's root.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+VIAS = ("auto", "lists", "dumps")
+DEFAULT_EVERY = 3600.0
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+class FleetError(ResourceSyncError):
+    """A fleet command could not do what it was asked: a bad entry, an unknown name, a store
+    that cannot be opened."""
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `text`: a number of seconds, or units like `90s`, `15m`, `6h`, `1d`, `1h30m`."""
+    t = text.strip().lower()
+    try:
+        seconds = float(t)
+    except ValueError:
+        pos, seconds = 0, 0.0
+        for m in _DURATION.finditer(t):
+            if m.start() != pos:
+                break
+            seconds += float(m.group(1)) * _UNITS[m.group(2)]
+            pos = m.end()
+        if pos != len(t) or not t:
+            raise ValueError(f"not a duration: {text!r} (say 90s, 15m, 6h, 1d)") from None
+    if seconds <= 0:
+        raise ValueError(f"a duration must be positive, not {text!r}")
+    return seconds
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise ValueError(f"a header is 'Name: value', not {text!r}")
+    return name.strip(), value.strip()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One Source in the fleet: where it is, where its copy goes and how often it is synced."""
+
+    name: str
+    source: str
+    #: The copy's folder; None: NAME under the fleet's root.
+    dest: str | None = None
+    every: float = DEFAULT_EVERY
+    via: str = "auto"
+    delete: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Raise ValueError naming what is wrong with this entry."""
+        if not NAME.match(self.name):
+            raise ValueError(
+                f"name {self.name!r}: use letters, digits, '.', '_' or '-' (it names a folder)"
+            )
+        parts = urlsplit(self.source)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{self.name}: source must be an http(s) URL, not {self.source!r}")
+        if self.via not in VIAS:
+            raise ValueError(f"{self.name}: via must be one of {', '.join(VIAS)}")
+        if self.every <= 0:
+            raise ValueError(f"{self.name}: every must be positive")
+
+    @property
+    def host(self) -> str:
+        """The host whose politeness budget this Source shares with its neighbours."""
+        return (urlsplit(self.source).hostname or "").lower()
+
+    def copy_dir(self, root: Path) -> Path:
+        return Path(self.dest) if self.dest else root / self.name
+
+
+def _entry(raw: Mapping[str, Any]) -> Entry:
+    unknown = set(raw) - {"name", "source", "dest", "every", "via", "delete", "headers", "header"}
+    if unknown:
+        raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
+    for key in ("name", "source"):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise ValueError(f"{key} is missing")
+    headers: dict[str, str] = {}
+    given = raw.get("headers", raw.get("header"))
+    if isinstance(given, Mapping):
+        headers = {str(k): str(v) for k, v in given.items()}
+    elif isinstance(given, str) and given.strip():
+        # CSV: several headers separated by ' | '
+        headers = dict(parse_header(h) for h in given.split(" | "))
+    elif isinstance(given, list):
+        headers = dict(parse_header(str(h)) for h in given)
+    every = raw.get("every")
+    delete = raw.get("delete", False)
+    if isinstance(delete, str):
+        if delete.strip().lower() not in ("", "0", "1", "true", "false", "yes", "no"):
+            raise ValueError(f"delete must be true or false, not {delete!r}")
+        delete = delete.strip().lower() in ("1", "true", "yes")
+    entry = Entry(
+        name=raw["name"].strip(),
+        source=raw["source"].strip(),
+        dest=(str(raw["dest"]).strip() or None) if raw.get("dest") else None,
+        every=parse_duration(str(every)) if every not in (None, "") else DEFAULT_EVERY,
+        via=str(raw.get("via") or "auto").strip(),
+        delete=bool(delete),
+        headers=headers,
+    )
+    entry.check()
+    return entry
+
+
+def read_entries(path: Path) -> Iterator[Entry]:
+    """The entries of a TOML (`[[source]]` tables) or CSV (a header row naming the columns:
+    name, source, and optionally dest, every, via, delete, header) file. Bad input raises a
+    FleetError naming the file and line (CSV) or entry (TOML)."""
+    try:
+        if path.suffix.lower() == ".toml":
+            with path.open("rb") as f:
+                data = tomllib.load(f)
+            items = data.get("source", [])
+            if not isinstance(items, list):
+                raise FleetError("expected [[source]] tables", source=str(path))
+            for i, raw in enumerate(items, 1):
+                try:
+                    yield _entry(raw)
+                except ValueError as exc:
+                    raise FleetError(str(exc), source=str(path), entry=f"[[source]] #{i}") from None
+            return
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if not reader.fieldnames or not {"name", "source"} <= set(reader.fieldnames):
+                raise FleetError(
+                    "the first row must name the columns (name,source,…)", source=str(path), line=1
+                )
+            for row in reader:
+                try:
+                    if None in row:
+                        raise ValueError("more values than columns")
+                    yield _entry({k: v for k, v in row.items() if v is not None})
+                except ValueError as exc:
+                    raise FleetError(str(exc), source=str(path), line=reader.line_num) from None
+    except OSError as exc:
+        raise FleetError(f"cannot read: {exc.strerror}", source=str(path)) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, csv.Error) as exc:
+        raise FleetError(f"not a valid list of Sources: {exc}", source=str(path)) from None

@@ -1,0 +1,340 @@
+"""The fleet's registry, schedule and status behind one interface, with one schema and two
+backends: SQLite at the fleet's root (embedded, nothing to install) and PostgreSQL (shared by
+the scheduler and the workers of a cluster, `pgstore.py`).
+
+The SQL is written once with `?` placeholders; the PostgreSQL backend translates them. Times are
+seconds since the epoch (DOUBLE PRECISION in both), so the schedule compares numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .. import sqlite as sqlite_habits
+from .registry import Entry, FleetError
+
+__all__ = ["FleetStore", "Outcome", "Row", "SQLiteStore", "open_store"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS fleet_source (
+  name TEXT PRIMARY KEY,
+  source TEXT NOT NULL,
+  dest TEXT,
+  every DOUBLE PRECISION NOT NULL,
+  via TEXT NOT NULL,
+  apply_delete INTEGER NOT NULL,
+  headers TEXT NOT NULL,
+  added DOUBLE PRECISION NOT NULL,
+  next_run DOUBLE PRECISION NOT NULL,
+  last_run DOUBLE PRECISION,
+  seconds DOUBLE PRECISION,
+  ok INTEGER,
+  mode TEXT,
+  failures INTEGER NOT NULL DEFAULT 0,
+  error TEXT,
+  counts TEXT,
+  cursor TEXT,
+  last_ok DOUBLE PRECISION,
+  queued DOUBLE PRECISION,
+  ticket BIGINT NOT NULL DEFAULT 0,
+  done_ticket BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS fleet_source_next_run ON fleet_source (next_run);
+"""
+
+_COLUMNS = (
+    "name, source, dest, every, via, apply_delete, headers, added, next_run, last_run, seconds, "
+    "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket"
+)
+
+
+@dataclass
+class Outcome:
+    """What one sync of one Source came to."""
+
+    started: float
+    seconds: float
+    ok: bool
+    mode: str = ""
+    error: str | None = None
+    cursor: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Row:
+    """A registered Source with its schedule and the outcome of its last run."""
+
+    entry: Entry
+    added: float
+    next_run: float
+    last_run: float | None = None
+    seconds: float | None = None
+    ok: bool | None = None
+    mode: str | None = None
+    failures: int = 0
+    error: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    cursor: str | None = None
+    last_ok: float | None = None
+    queued: float | None = None
+    ticket: int = 0
+    done_ticket: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+
+def _row(r: Sequence[Any]) -> Row:
+    entry = Entry(
+        name=r[0],
+        source=r[1],
+        dest=r[2],
+        every=r[3],
+        via=r[4],
+        delete=bool(r[5]),
+        headers=json.loads(r[6]),
+    )
+    return Row(
+        entry=entry,
+        added=r[7],
+        next_run=r[8],
+        last_run=r[9],
+        seconds=r[10],
+        ok=None if r[11] is None else bool(r[11]),
+        mode=r[12],
+        failures=r[13],
+        error=r[14],
+        counts=json.loads(r[15]) if r[15] else {},
+        cursor=r[16],
+        last_ok=r[17],
+        queued=r[18],
+        ticket=r[19],
+        done_ticket=r[20],
+    )
+
+
+class FleetStore(Protocol):
+    """Where the fleet keeps its Sources, their schedule and their last outcome."""
+
+    def add(self, entries: Iterable[Entry], *, now: float, replace: bool = False) -> int:
+        """Register `entries` in one transaction (all or none). An existing name is an error,
+        or with `replace` its settings are updated and its schedule and history kept."""
+        ...
+
+    def remove(self, name: str) -> bool: ...
+
+    def get(self, name: str) -> Row | None: ...
+
+    def rows(self) -> Iterator[Row]:
+        """Every Source, by name."""
+        ...
+
+    def count(self) -> int: ...
+
+    def due(self, now: float, limit: int, *, requeue_after: float | None = None) -> list[Row]:
+        """Up to `limit` Sources whose next run is at or before `now`, earliest first. With
+        `requeue_after`, a Source handed to a queue and not reported back for that long is due
+        again (its task was lost)."""
+        ...
+
+    def enqueue(self, name: str, now: float) -> int:
+        """Mark `name` as handed to the queue; return its new ticket."""
+        ...
+
+    def record(self, name: str, outcome: Outcome, next_run: float, ticket: int = 0) -> None:
+        """Store the outcome of a run and when the next one is due."""
+        ...
+
+    def done(self, name: str, ticket: int) -> bool:
+        """Whether the run holding `ticket` has already been recorded (a redelivered task)."""
+        ...
+
+    def lock(self, name: str) -> contextlib.AbstractContextManager[bool]:
+        """Hold the one-sync-at-a-time lock of `name` for the block; yields False when it is
+        already held elsewhere."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SQLStore:
+    """The SQL both backends share; subclasses give `_execute`, `_transaction` and `lock`."""
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _transaction(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def add(self, entries: Iterable[Entry], *, now: float, replace: bool = False) -> int:
+        n = 0
+        with self._transaction():
+            for e in entries:
+                e.check()
+                values = (
+                    e.source,
+                    e.dest,
+                    e.every,
+                    e.via,
+                    int(e.delete),
+                    json.dumps(dict(e.headers)),
+                )
+                exists = self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (e.name,))
+                if exists and not replace:
+                    raise FleetError(f"a Source named {e.name!r} is already registered")
+                if exists:
+                    self._execute(
+                        "UPDATE fleet_source SET source = ?, dest = ?, every = ?, via = ?, "
+                        "apply_delete = ?, headers = ? WHERE name = ?",
+                        (*values, e.name),
+                    )
+                else:
+                    self._execute(
+                        "INSERT INTO fleet_source (name, source, dest, every, via, apply_delete,"
+                        " headers, added, next_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (e.name, *values, now, now),
+                    )
+                n += 1
+        return n
+
+    def remove(self, name: str) -> bool:
+        with self._transaction():
+            found = bool(self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (name,)))
+            self._execute("DELETE FROM fleet_source WHERE name = ?", (name,))
+        return found
+
+    def get(self, name: str) -> Row | None:
+        rows = self._execute(f"SELECT {_COLUMNS} FROM fleet_source WHERE name = ?", (name,))
+        return _row(rows[0]) if rows else None
+
+    def rows(self) -> Iterator[Row]:
+        # Pages by name, so a fleet of any size is listed in flat memory.
+        after = ""
+        while True:
+            page = self._execute(
+                f"SELECT {_COLUMNS} FROM fleet_source WHERE name > ? ORDER BY name LIMIT 500",
+                (after,),
+            )
+            for r in page:
+                yield _row(r)
+            if len(page) < 500:
+                return
+            after = page[-1][0]
+
+    def count(self) -> int:
+        return int(self._execute("SELECT count(*) FROM fleet_source")[0][0])
+
+    def due(self, now: float, limit: int, *, requeue_after: float | None = None) -> list[Row]:
+        if requeue_after is None:
+            sql = f"SELECT {_COLUMNS} FROM fleet_source WHERE next_run <= ? "
+            params: tuple[Any, ...] = (now,)
+        else:
+            sql = (
+                f"SELECT {_COLUMNS} FROM fleet_source WHERE next_run <= ? "
+                "AND (queued IS NULL OR queued <= ?) "
+            )
+            params = (now, now - requeue_after)
+        return [_row(r) for r in self._execute(sql + "ORDER BY next_run LIMIT ?", (*params, limit))]
+
+    def enqueue(self, name: str, now: float) -> int:
+        with self._transaction():
+            self._execute(
+                "UPDATE fleet_source SET queued = ?, ticket = ticket + 1 WHERE name = ?",
+                (now, name),
+            )
+            rows = self._execute("SELECT ticket FROM fleet_source WHERE name = ?", (name,))
+        return int(rows[0][0]) if rows else 0
+
+    def record(self, name: str, outcome: Outcome, next_run: float, ticket: int = 0) -> None:
+        with self._transaction():
+            self._execute(
+                "UPDATE fleet_source SET last_run = ?, seconds = ?, ok = ?, mode = ?, "
+                "failures = CASE WHEN ? = 1 THEN 0 ELSE failures + 1 END, error = ?, "
+                "counts = ?, cursor = COALESCE(?, cursor), "
+                "last_ok = CASE WHEN ? = 1 THEN ? ELSE last_ok END, next_run = ?, "
+                "queued = CASE WHEN ticket <= ? THEN NULL ELSE queued END, "
+                "done_ticket = CASE WHEN done_ticket < ? THEN ? ELSE done_ticket END "
+                "WHERE name = ?",
+                (
+                    outcome.started,
+                    outcome.seconds,
+                    int(outcome.ok),
+                    outcome.mode,
+                    int(outcome.ok),
+                    outcome.error,
+                    json.dumps(outcome.counts),
+                    outcome.cursor,
+                    int(outcome.ok),
+                    outcome.started,
+                    next_run,
+                    ticket,
+                    ticket,
+                    ticket,
+                    name,
+                ),
+            )
+
+    def done(self, name: str, ticket: int) -> bool:
+        rows = self._execute("SELECT done_ticket FROM fleet_source WHERE name = ?", (name,))
+        # A Source removed meanwhile has nothing left to do.
+        return not rows or int(rows[0][0]) >= ticket
+
+
+class SQLiteStore(SQLStore):
+    """The embedded store: one SQLite file; the per-Source lock is an flock on a file beside it
+    (so two `fleet run` on one root never sync one Source at once)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = sqlite_habits.connect(path, SCHEMA, error=FleetError)
+        self.locks = path.parent / "locks"
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
+        try:
+            return self.db.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise FleetError(f"fleet database: {exc}", source=str(self.path)) from None
+
+    def _transaction(self) -> contextlib.AbstractContextManager[None]:
+        return sqlite_habits.transaction(self.db)
+
+    @contextlib.contextmanager
+    def lock(self, name: str) -> Iterator[bool]:
+        self.locks.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.locks / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def close(self) -> None:
+        self.db.close()
+
+
+FLEET_DIR = ".fleet"
+
+
+def open_store(root: Path, db: str | None = None) -> FleetStore:
+    """The store at `db` (a postgresql:// URL), or the embedded one under `root`."""
+    if db and db.startswith(("postgresql://", "postgres://")):
+        from .pgstore import PostgresStore  # psycopg only when a cluster is used
+
+        return PostgresStore(db)
+    if db:
+        raise FleetError(f"--db must be a postgresql:// URL, not {db!r}")
+    return SQLiteStore(root / FLEET_DIR / "fleet.sqlite")

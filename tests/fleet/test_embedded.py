@@ -1,0 +1,146 @@
+"""The embedded fleet end to end: many Sources on loopback hosts (some sharing a host), the real
+`fleet` commands, copies compared byte for byte with their Sources, and the politeness limits
+measured at the servers."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.destination.helpers import cli, tree
+from tests.fleet.helpers import change, csv_of, many_sources
+
+# 24 Sources on 8 hosts: 127.0.0.2 holds 6 of them, the others 2 or 3.
+HOSTS = ["127.0.0.2"] * 6 + [f"127.0.0.{3 + i % 7}" for i in range(18)]
+
+
+def status(root: Path) -> dict[str, dict[str, object]]:
+    result = cli("fleet", "status", "--json", "--root", root)
+    doc = json.loads(result.stdout)
+    assert doc["total"] == len(doc["sources"])
+    return {s["name"]: s for s in doc["sources"]}
+
+
+def test_a_fleet_follows_many_sources_and_every_copy_equals_its_source(tmp_path: Path) -> None:
+    root = tmp_path / "fleet"
+    with many_sources(tmp_path, HOSTS, delay=0.02) as (sites, hosts):
+        listing = tmp_path / "sources.csv"
+        listing.write_text(csv_of(sites))
+        assert cli("fleet", "import", listing, "--root", root).exit_code == 0
+
+        # The first run baselines every Source, within the limits: per host one sync at a time
+        # with two requests each, so a host never sees more than 2 requests at once.
+        first = cli("fleet", "run", "--once", "--root", root, "--jobs", "8", "--per-host", "1")
+        assert first.exit_code == 0, first.stderr
+        for site in sites:
+            assert tree(root / site.name) == site.files(), site.name
+        assert max(hosts.peak.values()) <= 2
+        assert set(hosts.peak) == set(HOSTS)
+        s = status(root)
+        assert all(v["ok"] and v["mode"] == "baseline" and v["fetched"] == 5 for v in s.values())
+
+        # Nothing is due before its interval; --all runs every Source anyway.
+        again = cli("fleet", "run", "--once", "--root", root)
+        assert (again.exit_code, again.stderr.strip()) == (0, "0 Sources run, 0 not ok")
+
+        change(sites, 1)
+        hosts.peak.clear()
+        second = cli("fleet", "run", "--once", "--all", "--root", root, "--per-host", "2")
+        assert second.exit_code == 0, second.stderr
+        for site in sites:
+            assert tree(root / site.name) == site.files(), site.name
+        assert max(hosts.peak.values()) <= 4
+        s = status(root)
+        assert len(s) == len(sites)
+        for site in sites:
+            v = s[site.name]
+            assert (v["ok"], v["mode"], v["failures"], v["error"]) == (True, "incremental", 0, None)
+            assert (v["fetched"], v["deleted"], v["source"]) == (2, 1, site.url)
+            assert v["cursor"] and v["lag"] is not None and not v["due"]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_failing_source_is_reported_backed_off_and_recovers(tmp_path: Path) -> None:
+    root = tmp_path / "fleet"
+    with many_sources(tmp_path, ["127.0.0.2", "127.0.0.2"]) as (sites, _):
+        for site in sites:
+            assert cli("fleet", "add", site.url, "--name", site.name, "--root", root).exit_code == 0
+        dead = f"http://127.0.0.1:{_closed_port()}/"
+        cli("fleet", "add", dead, "--name", "dead", "--root", root, "--every", "10m")
+
+        run = cli("fleet", "run", "--once", "--root", root, "--retry-after", "1h", "--retries", "0")
+        assert run.exit_code == 1
+        assert "dead: FAILED:" in run.stderr and "3 Sources run, 1 not ok" in run.stderr
+        s = status(root)
+        assert (s["dead"]["ok"], s["dead"]["failures"], s["dead"]["due"]) == (False, 1, False)
+        assert "127.0.0.1" in str(s["dead"]["error"])
+        assert s["s000"]["ok"] and s["s001"]["ok"]
+        # Status says something is failing (exit 1), and names it in the table.
+        table = cli("fleet", "status", "--root", root)
+        assert table.exit_code == 1 and "FAILED" in table.stdout and "dead" in table.stdout
+
+        # Backed off: not due again before an hour, however often `run --once` is called.
+        assert "0 Sources run" in cli("fleet", "run", "--once", "--root", root).stderr
+        # Failing again doubles the wait.
+        assert (
+            cli("fleet", "run", "--once", "--all", "--root", root, "--retries", "0").exit_code == 1
+        )
+        assert status(root)["dead"]["failures"] == 2
+
+        # The Source comes back at that address: the next run succeeds and the count resets.
+        cli("fleet", "add", sites[0].url, "--name", "dead", "--replace", "--root", root)
+        ok = cli("fleet", "run", "--once", "--all", "--root", root)
+        assert ok.exit_code == 0, ok.stderr
+        s = status(root)
+        assert (s["dead"]["ok"], s["dead"]["failures"], s["dead"]["error"]) == (True, 0, None)
+        assert tree(root / "dead") == sites[0].files()
+
+        html = tmp_path / "status.html"
+        assert cli("fleet", "status", "--html", html, "--root", root).exit_code == 0
+        page = html.read_text()
+        assert all(name in page for name in ("dead", "s000", "s001"))
+        assert "3 Sources: 3 ok, 0 failing" in page
+
+
+def _wait(predicate: Callable[[], bool], what: str, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.2)
+
+
+def test_the_scheduler_keeps_copies_in_step_until_stopped(tmp_path: Path) -> None:
+    root = tmp_path / "fleet"
+    with many_sources(tmp_path, ["127.0.0.2", "127.0.0.2", "127.0.0.3"]) as (sites, _):
+        listing = tmp_path / "sources.csv"
+        listing.write_text(csv_of(sites, every="1s"))
+        assert cli("fleet", "import", listing, "--root", root).exit_code == 0
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "resourcesync", "fleet", "run", "--root", str(root)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _wait(lambda: all(v["ok"] for v in status(root).values()), "every Source baselined")
+            change(sites, 1)
+            _wait(
+                lambda: all(tree(root / s.name) == s.files() for s in sites),
+                "every copy following its changed Source",
+            )
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert "s000: ok (baseline)" in err and "s000: ok (incremental)" in err

@@ -1,0 +1,120 @@
+"""Registering Sources: `fleet add/remove/list/import`, their checks, and the schedule's rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from resourcesync.fleet import Backoff, Entry, Outcome, Row, open_store, parse_duration
+from resourcesync.fleet.schedule import next_run
+from tests.destination.helpers import cli
+
+
+def names(root: Path) -> list[str]:
+    out = cli("fleet", "list", "--root", root).stdout
+    return [line.split("\t")[0] for line in out.splitlines()]
+
+
+def test_add_list_remove(tmp_path: Path) -> None:
+    r = cli(
+        "fleet", "add", "http://127.0.0.2:1/", "--name", "a", "--every", "15m", "--root", tmp_path
+    )
+    assert r.exit_code == 0, r.stderr
+    cli("fleet", "add", "http://127.0.0.3:1/", "--name", "b", "--delete", "--root", tmp_path)
+    assert cli("fleet", "list", "--root", tmp_path).stdout.splitlines() == [
+        "a\thttp://127.0.0.2:1/\t900\tauto\t-",
+        "b\thttp://127.0.0.3:1/\t3600\tauto\tdelete",
+    ]
+    dup = cli("fleet", "add", "http://127.0.0.4:1/", "--name", "a", "--root", tmp_path)
+    assert dup.exit_code == 2 and "'a' is already registered" in dup.stderr
+    assert cli("fleet", "remove", "a", "--root", tmp_path).exit_code == 0
+    gone = cli("fleet", "remove", "a", "--root", tmp_path)
+    assert gone.exit_code == 2 and "no Source named 'a'" in gone.stderr
+    assert names(tmp_path) == ["b"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["http://x/", "--name", "../up"], "name '../up'"),
+        (["ftp://x/", "--name", "a"], "source must be an http(s) URL"),
+        (["http://x/", "--name", "a", "--every", "soon"], "not a duration"),
+        (["http://x/", "--name", "a", "--header", "nocolon"], "a header is 'Name: value'"),
+    ],
+)
+def test_bad_entries_are_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
+    r = cli("fleet", "add", *args, "--root", tmp_path)
+    assert r.exit_code == 2 and message in r.stderr, r.stderr
+    assert names(tmp_path) == []
+
+
+def test_import_toml_and_csv_all_or_nothing(tmp_path: Path) -> None:
+    toml = tmp_path / "list.toml"
+    toml.write_text(
+        '[[source]]\nname = "t1"\nsource = "http://127.0.0.2:1/"\nevery = "1d"\n'
+        'headers = {Authorization = "Bearer x"}\n\n'
+        '[[source]]\nname = "t2"\nsource = "http://127.0.0.2:2/"\nvia = "dumps"\n'
+    )
+    assert cli("fleet", "import", toml, "--root", tmp_path).exit_code == 0
+    store = open_store(tmp_path)
+    t1 = store.get("t1")
+    assert (
+        t1 is not None
+        and t1.entry.every == 86400
+        and t1.entry.headers == {"Authorization": "Bearer x"}
+    )
+    store.close()
+
+    bad = tmp_path / "list.csv"
+    bad.write_text("name,source,every\nc1,http://127.0.0.5:1/,1h\nc2,http://127.0.0.5:2/,often\n")
+    r = cli("fleet", "import", bad, "--root", tmp_path)
+    assert r.exit_code == 2
+    assert (
+        r.stderr.strip() == f"resourcesync: {bad}:3: not a duration: 'often' (say 90s, 15m, 6h, 1d)"
+    )
+    assert names(tmp_path) == ["t1", "t2"]  # nothing of the bad file
+
+    # Importing a list again with --replace updates, and keeps each Source's history.
+    again = tmp_path / "again.csv"
+    again.write_text("name,source,every\nt1,http://127.0.0.2:1/,2h\nc3,http://127.0.0.6:1/,\n")
+    assert cli("fleet", "import", again, "--root", tmp_path).exit_code == 2
+    assert cli("fleet", "import", again, "--root", tmp_path, "--replace").exit_code == 0
+    assert names(tmp_path) == ["c3", "t1", "t2"]
+    assert "t1\thttp://127.0.0.2:1/\t7200" in cli("fleet", "list", "--root", tmp_path).stdout
+
+
+def test_durations() -> None:
+    assert [parse_duration(t) for t in ("90", "90s", "15m", "1h30m", "2d", "1w")] == [
+        90,
+        90,
+        900,
+        5400,
+        172800,
+        604800,
+    ]
+    for bad in ("", "0", "-5", "1x", "h", "1h 30m"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_backoff_doubles_and_is_capped() -> None:
+    b = Backoff(first=60, cap=3600)
+    assert [b.delay(n) for n in range(1, 9)] == [60, 120, 240, 480, 960, 1920, 3600, 3600]
+    row = Row(Entry("a", "http://x/", every=600), added=0, next_run=0, failures=2)
+    ok = Outcome(started=1000, seconds=5, ok=True)
+    assert next_run(row, ok, b, now=1005) == 1600  # from the start of the run, not its end
+    failed = Outcome(started=1000, seconds=5, ok=False, error="down")
+    assert next_run(row, failed, b, now=1005) == 1005 + 240  # the third failure in a row
+
+
+def test_one_sync_per_source_across_processes_on_one_root(tmp_path: Path) -> None:
+    one, two = open_store(tmp_path), open_store(tmp_path)
+    with one.lock("a") as got:
+        assert got
+        with two.lock("a") as again, two.lock("b") as other:
+            assert (again, other) == (False, True)
+    with two.lock("a") as after:
+        assert after
+    one.close()
+    two.close()
