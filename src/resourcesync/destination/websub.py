@@ -12,7 +12,8 @@ notification channel, or its framework notification channel). It goes through th
 and `denied` when the hub says so (§5.2: `hub.mode=denied`), which ends the waiting for good.
 Every subscription request uses a new callback path and a new secret (§5.1 recommends it for
 renewals); the previous callback is still accepted until the new one is verified, then it is
-unsubscribed and answers 410 Gone, which makes a hub drop it if the unsubscription was lost.
+unsubscribed. Any callback path this process does not know (replaced, or left by an earlier
+run that was killed) answers 410 Gone, which makes a hub drop that subscription.
 
 Nothing here exits on an outage: a failure is a state with a time for the next try.
 """
@@ -117,8 +118,6 @@ class Callbacks:
 
     def __init__(self, inbox: Inbox, on_event: Event) -> None:
         self.endpoints: dict[str, Endpoint] = {}
-        #: Callbacks retired after a renewal: 410 Gone tells a hub to forget them.
-        self.gone: set[str] = set()
         self.inbox = inbox
         self.on_event = on_event
         self.app = Starlette(
@@ -130,15 +129,14 @@ class Callbacks:
 
     def retire(self, endpoint: Endpoint) -> None:
         self.endpoints.pop(endpoint.token, None)
-        self.gone.add(endpoint.token)
 
     async def handle(self, request: Request) -> Response:
         token = request.path_params["token"]
         endpoint = self.endpoints.get(token)
         if endpoint is None:
-            if token in self.gone:
-                return PlainTextResponse("this callback has been replaced", 410)
-            return PlainTextResponse("unknown", 404)
+            # A callback replaced by a renewal, or one of an earlier run of this follower (a
+            # killed one could not unsubscribe): 410 Gone makes a hub drop it (WebSub §7).
+            return PlainTextResponse("no such subscription (any more)", 410)
         if request.method == "GET":
             return self._verification(endpoint, request)
         return await self._notification(endpoint, request)
