@@ -13,7 +13,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,8 @@ class Hosts:
     """Requests in flight per host address, and the most seen at once."""
 
     delay: float = 0.0
+    #: Hosts whose resources are slow (all of them when empty).
+    slow: set[str] = field(default_factory=set)
     inflight: collections.Counter[str] = field(default_factory=collections.Counter)
     peak: collections.Counter[str] = field(default_factory=collections.Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -69,7 +71,7 @@ class Hosts:
             self.inflight[host] += 1
             self.peak[host] = max(self.peak[host], self.inflight[host])
         try:
-            if self.delay and not is_doc:
+            if self.delay and not is_doc and (not self.slow or host in self.slow):
                 await asyncio.sleep(self.delay)
             await app(scope, receive, send)
         finally:
@@ -89,12 +91,17 @@ def files_for(i: int, version: int = 0) -> dict[str, bytes]:
 
 @contextlib.contextmanager
 def many_sources(
-    tmp_path: Path, hosts: list[str], *, delay: float = 0.0
+    tmp_path: Path,
+    hosts: list[str],
+    *,
+    delay: float = 0.0,
+    slow: set[str] | None = None,
+    files: Callable[[int], dict[str, bytes]] | None = None,
 ) -> Iterator[tuple[list[Site], Hosts]]:
     """One Source per item of `hosts` (an address such as 127.0.0.2; repeat it for Sources
     sharing a host), each published with `files_for(i)`, all served by one server."""
     socks, sites = [], []
-    counter = Hosts(delay=delay)
+    counter = Hosts(delay=delay, slow=slow or set())
     for i, host in enumerate(hosts):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -103,7 +110,7 @@ def many_sources(
         site = Site(
             f"s{i:03d}", host, port, tmp_path / f"src{i}" / "data", tmp_path / f"src{i}" / "out"
         )
-        site.write(files_for(i))
+        site.write(files(i) if files else files_for(i))
         site.out.mkdir(parents=True)
         site.publish()
         counter.apps[(host, port)] = create_app(site.out)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.destination.helpers import cli, tree
-from tests.fleet.helpers import change, csv_of, many_sources
+from tests.fleet.helpers import Site, change, csv_of, many_sources
 
 # 24 Sources on 8 hosts: 127.0.0.2 holds 6 of them, the others 2 or 3.
 HOSTS = ["127.0.0.2"] * 6 + [f"127.0.0.{3 + i % 7}" for i in range(18)]
@@ -121,6 +121,14 @@ def _wait(predicate: Callable[[], bool], what: str, limit: float = 60.0) -> None
         time.sleep(0.2)
 
 
+def _in_step(root: Path, sites: list[Site]) -> bool:
+    # The copies are being synced while we look: a file may go between listing and reading.
+    try:
+        return all(tree(root / s.name) == s.files() for s in sites)
+    except FileNotFoundError:
+        return False
+
+
 def test_the_scheduler_keeps_copies_in_step_until_stopped(tmp_path: Path) -> None:
     root = tmp_path / "fleet"
     with many_sources(tmp_path, ["127.0.0.2", "127.0.0.2", "127.0.0.3"]) as (sites, _):
@@ -135,10 +143,7 @@ def test_the_scheduler_keeps_copies_in_step_until_stopped(tmp_path: Path) -> Non
         try:
             _wait(lambda: all(v["ok"] for v in status(root).values()), "every Source baselined")
             change(sites, 1)
-            _wait(
-                lambda: all(tree(root / s.name) == s.files() for s in sites),
-                "every copy following its changed Source",
-            )
+            _wait(lambda: _in_step(root, sites), "every copy following its changed Source")
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=30)

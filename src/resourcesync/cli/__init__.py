@@ -12,6 +12,7 @@ from .lirs import antenna, lirs
 from .publish import publish
 from .serve import serve, source
 from .sync import audit, sync
+from .worker import worker
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -35,5 +36,6 @@ main.add_command(hub)
 main.add_command(lirs)
 main.add_command(antenna)
 main.add_command(fleet)
+main.add_command(worker)
 
 __all__ = ["main"]

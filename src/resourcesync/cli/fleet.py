@@ -223,6 +223,19 @@ def _line(row: Row, outcome: Outcome) -> None:
     show_default=True,
     help="Retries of a failed request within one sync.",
 )
+@click.option(
+    "--broker",
+    metavar="URL",
+    envvar="RESOURCESYNC_FLEET_BROKER",
+    help="redis://…: queue the syncs as Celery tasks for `resourcesync worker` (needs --db).",
+)
+@click.option(
+    "--requeue-after",
+    type=DURATION,
+    default="1h",
+    show_default=True,
+    help="With --broker: queue a Source again when its task has not come back for this long.",
+)
 @_where
 @handle_errors
 def run(
@@ -235,6 +248,8 @@ def run(
     max_backoff: float,
     timeout: float,
     retries: int,
+    broker: str | None,
+    requeue_after: float,
     root: Path,
     db: str | None,
 ) -> None:
@@ -247,6 +262,15 @@ def run(
     from ..fleet import Backoff, Limits
     from ..fleet.embedded import Embedded
 
+    if broker:
+        if not db:
+            fail("--broker needs --db postgresql://… (the store the workers share)")
+            return
+        from ..fleet.cluster import TaskOptions
+
+        task = TaskOptions(per_host, requests, timeout, retries, retry_after, max_backoff)
+        _cluster(broker, db, root, task, requeue_after, once, all_)
+        return
     limits = Limits(jobs=jobs, per_host=per_host, requests=requests)
     backoff = Backoff(first=retry_after, cap=max_backoff)
     with _store(root, db) as store:
@@ -268,14 +292,55 @@ def run(
             runner.close()
 
 
-def _forever(runner: Any) -> None:
+def _stop_on_signals() -> Any:
     import signal
     import threading
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    runner.run(stop)
+    return stop
+
+
+def _forever(runner: Any) -> None:
+    runner.run(_stop_on_signals())
+
+
+def _cluster(
+    broker: str,
+    db: str,
+    root: Path,
+    task: Any,
+    requeue_after: float,
+    once: bool,
+    all_: bool,
+) -> None:
+    from ..fleet.cluster import Producer, make_app
+
+    app = make_app(broker)
+    stop = _stop_on_signals()
+    with _store(root, db) as store:
+        producer = Producer(store, app, task, requeue_after=requeue_after)
+        if not once:
+            producer.run(stop)
+            return
+        rows = list(store.rows() if all_ else store.due(time.time(), 1 << 62))
+        tickets = producer.send(rows)
+        if len(tickets) < len(rows):
+            fail(f"the broker at {broker} refused tasks: {len(rows) - len(tickets)} not queued")
+        producer.wait(tickets, stop)
+        bad = 0
+        for name in tickets:
+            row = store.get(name)
+            if row is None:
+                continue
+            if row.ok and store.done(name, tickets[name]):
+                click.echo(f"{name}: ok ({row.mode})", err=True)
+            else:
+                bad += 1
+                click.echo(f"{name}: FAILED: {row.error or 'not finished'}", err=True)
+        click.echo(f"{len(tickets)} Sources run, {bad} not ok", err=True)
+        sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
 
 
 @fleet.command()

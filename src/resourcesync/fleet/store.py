@@ -151,6 +151,10 @@ class FleetStore(Protocol):
         """Mark `name` as handed to the queue; return its new ticket."""
         ...
 
+    def enqueue_failed(self, name: str, ticket: int) -> None:
+        """The task of `ticket` could not be handed to the queue: `name` is due again."""
+        ...
+
     def record(self, name: str, outcome: Outcome, next_run: float, ticket: int = 0) -> None:
         """Store the outcome of a run and when the next one is due."""
         ...
@@ -254,6 +258,11 @@ class SQLStore:
             )
             rows = self._execute("SELECT ticket FROM fleet_source WHERE name = ?", (name,))
         return int(rows[0][0]) if rows else 0
+
+    def enqueue_failed(self, name: str, ticket: int) -> None:
+        self._execute(
+            "UPDATE fleet_source SET queued = NULL WHERE name = ? AND ticket = ?", (name, ticket)
+        )
 
     def record(self, name: str, outcome: Outcome, next_run: float, ticket: int = 0) -> None:
         with self._transaction():

@@ -1,0 +1,138 @@
+"""The fleet on a cluster: real Redis, real PostgreSQL, real `resourcesync worker` processes.
+A worker killed with -9 mid-task has its task redone by another; the scheduler killed and
+started again picks up where it was; a Redis restart and the work goes on. At the end every
+copy equals its Source."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.destination.helpers import cli, tree
+from tests.fleet.cluster import Postgres, Redis, workers
+from tests.fleet.helpers import Site, change, csv_of, files_for, many_sources
+
+HOSTS = ["127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.4", "127.0.0.5"]
+SLOW = "127.0.0.9"
+
+
+def _wait(predicate: Callable[[], bool], what: str, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.2)
+
+
+def _fleet(*args: str | Path) -> list[str]:
+    return [sys.executable, "-m", "resourcesync", "fleet", *map(str, args)]
+
+
+def _status(root: Path, db: str) -> dict[str, dict[str, object]]:
+    doc = json.loads(cli("fleet", "status", "--json", "--root", root, "--db", db).stdout)
+    return {s["name"]: s for s in doc["sources"]}
+
+
+def _in_step(root: Path, sites: list[Site]) -> bool:
+    # The copies are being synced while we look: a file may go between listing and reading.
+    try:
+        return all(tree(root / s.name) == s.files() for s in sites)
+    except FileNotFoundError:
+        return False
+
+
+def _files(i: int) -> dict[str, bytes]:
+    # The last Source is slow (its host delays each resource) and has more to fetch.
+    if i == len(HOSTS):
+        return {f"slow/{k}.txt": f"slow {k}".encode() for k in range(12)}
+    return files_for(i)
+
+
+def test_two_workers_one_killed_mid_task_nothing_lost(
+    tmp_path: Path, postgres: Postgres, broker: Redis
+) -> None:
+    root, db = tmp_path / "fleet", postgres.database()
+    root.mkdir()
+    with many_sources(tmp_path, [*HOSTS, SLOW], delay=0.25, slow={SLOW}, files=_files) as (
+        sites,
+        _,
+    ):
+        listing = tmp_path / "sources.csv"
+        listing.write_text(csv_of(sites))
+        assert cli("fleet", "import", listing, "--root", root, "--db", db).exit_code == 0
+        slow = sites[-1].name
+        with workers(2, broker.url, db, root, tmp_path, visibility_timeout="3s") as (w0, w1):
+            once = _fleet("run", "--once", "--all", "--requests", "1", "--root", root)
+            once += ["--broker", broker.url, "--db", db]
+            run = subprocess.Popen(once, stderr=subprocess.PIPE, text=True)
+            # Kill -9 the worker that is in the middle of the slow Source, pool and all.
+            _wait(lambda: any(f"{slow}: syncing" in w.text() for w in (w0, w1)), "slow sync")
+            victim, other = (w0, w1) if f"{slow}: syncing" in w0.text() else (w1, w0)
+            victim.kill()
+            _, err = run.communicate(timeout=60)
+            assert run.returncode == 0, err + victim.text() + other.text()
+            assert f"{len(sites)} Sources run, 0 not ok" in err
+            # The other worker did it again, from the start of the killed one's state.
+            assert f"{slow}: ok" in other.text()
+            assert f"{slow}: ok" not in victim.text()
+            assert _in_step(root, sites)
+            status = _status(root, db)
+            assert all(v["ok"] and v["failures"] == 0 for v in status.values())
+
+            # The survivor alone follows the changes of every Source.
+            change(sites[:-1], 1)
+            again = cli(
+                "fleet",
+                "run",
+                "--once",
+                "--all",
+                "--root",
+                root,
+                "--broker",
+                broker.url,
+                "--db",
+                db,
+            )
+            assert again.exit_code == 0, again.stderr
+            assert _in_step(root, sites)
+            assert {v["mode"] for v in _status(root, db).values()} == {"incremental"}
+
+
+def test_scheduler_and_redis_restarts_work_resumes(
+    tmp_path: Path, postgres: Postgres, broker: Redis
+) -> None:
+    root, db = tmp_path / "fleet", postgres.database()
+    root.mkdir()
+    with many_sources(tmp_path, HOSTS) as (sites, _):
+        listing = tmp_path / "sources.csv"
+        listing.write_text(csv_of(sites, every="1s"))
+        assert cli("fleet", "import", listing, "--root", root, "--db", db).exit_code == 0
+        scheduler = _fleet("run", "--root", root, "--broker", broker.url, "--db", db)
+        scheduler += ["--requeue-after", "10s"]
+        with workers(2, broker.url, db, root, tmp_path, visibility_timeout="10s"):
+            first = subprocess.Popen(scheduler, stderr=subprocess.DEVNULL)
+            try:
+                _wait(lambda: all(v["ok"] for v in _status(root, db).values()), "baselines")
+            finally:
+                first.kill()  # -9: no goodbye
+                first.wait()
+            change(sites, 1)
+            second = subprocess.Popen(scheduler, stderr=subprocess.PIPE, text=True)
+            try:
+                _wait(lambda: _in_step(root, sites), "the restarted scheduler")
+                broker.stop()
+                change(sites, 2)
+                time.sleep(1)  # the scheduler and the workers meet a broker that is gone
+                broker.start()
+                _wait(lambda: _in_step(root, sites), "work resumed after the Redis restart")
+            finally:
+                second.send_signal(signal.SIGTERM)
+                _, err = second.communicate(timeout=30)
+            assert second.returncode == 0, err
+        status = _status(root, db)
+        assert all(v["ok"] and v["mode"] == "incremental" for v in status.values())
