@@ -118,3 +118,22 @@ def test_one_sync_per_source_across_processes_on_one_root(tmp_path: Path) -> Non
         assert after
     one.close()
     two.close()
+
+
+def test_queued_sources_wait_for_their_task_or_its_loss(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.add([Entry(n, "http://127.0.0.2:1/") for n in ("a", "b", "c")], now=100.0)
+    assert store.enqueue(["a", "b", "gone"], now=200.0) == {"a": 1, "b": 1}
+    # Queued Sources are not handed out again until their task reports back…
+    assert sorted(r.name for r in store.due(300.0, 10, requeue_after=1000)) == ["c"]
+    store.record("a", Outcome(started=250, seconds=1, ok=True), next_run=250.0, ticket=1)
+    assert store.done("a", 1) and not store.done("b", 1)
+    assert sorted(r.name for r in store.due(300.0, 10, requeue_after=1000)) == ["a", "c"]
+    # …or until it is overdue (its message was lost), or it could not be sent at all.
+    assert sorted(r.name for r in store.due(1300.0, 10, requeue_after=1000)) == ["a", "b", "c"]
+    store.enqueue_failed("b", 1)
+    assert sorted(r.name for r in store.due(300.0, 10, requeue_after=1000)) == ["a", "b", "c"]
+    # A redelivered task of an old ticket is recognised as done.
+    assert store.enqueue(["a"], now=400.0) == {"a": 2}
+    assert store.done("a", 1) and not store.done("a", 2)
+    store.close()

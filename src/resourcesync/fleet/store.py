@@ -147,8 +147,8 @@ class FleetStore(Protocol):
         again (its task was lost)."""
         ...
 
-    def enqueue(self, name: str, now: float) -> int:
-        """Mark `name` as handed to the queue; return its new ticket."""
+    def enqueue(self, names: Sequence[str], now: float) -> dict[str, int]:
+        """Mark `names` as handed to the queue; return the new ticket of each."""
         ...
 
     def enqueue_failed(self, name: str, ticket: int) -> None:
@@ -250,14 +250,22 @@ class SQLStore:
             params = (now, now - requeue_after)
         return [_row(r) for r in self._execute(sql + "ORDER BY next_run LIMIT ?", (*params, limit))]
 
-    def enqueue(self, name: str, now: float) -> int:
+    def enqueue(self, names: Sequence[str], now: float) -> dict[str, int]:
+        tickets: dict[str, int] = {}
         with self._transaction():
-            self._execute(
-                "UPDATE fleet_source SET queued = ?, ticket = ticket + 1 WHERE name = ?",
-                (now, name),
-            )
-            rows = self._execute("SELECT ticket FROM fleet_source WHERE name = ?", (name,))
-        return int(rows[0][0]) if rows else 0
+            for i in range(0, len(names), 500):
+                chunk = list(names[i : i + 500])
+                marks = ", ".join("?" * len(chunk))
+                self._execute(
+                    "UPDATE fleet_source SET queued = ?, ticket = ticket + 1 "
+                    f"WHERE name IN ({marks})",
+                    (now, *chunk),
+                )
+                rows = self._execute(
+                    f"SELECT name, ticket FROM fleet_source WHERE name IN ({marks})", chunk
+                )
+                tickets.update((r[0], int(r[1])) for r in rows)
+        return tickets
 
     def enqueue_failed(self, name: str, ticket: int) -> None:
         self._execute(
