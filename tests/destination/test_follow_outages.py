@@ -372,3 +372,32 @@ def test_a_framework_notification_is_acted_on_at_once(tmp_path: Path) -> None:
     assert told == [
         {"loc": f"{site}set1/changelist.xml", "change": "updated", "capability": "changelist"}
     ]
+
+
+def test_a_hub_that_forgot_the_subscription_is_asked_again(tmp_path: Path) -> None:
+    """A hub restarted without its database knows no subscriber: the follower's poll finds
+    changes no notification announced, and it subscribes again at once (not hours later, at
+    the next renewal), so the next change comes by notification again."""
+    from .test_follow import hub_on
+
+    hub_port = free_port()
+    data, config, site_port = _site(tmp_path, f"http://127.0.0.1:{hub_port}/")
+    site = f"http://127.0.0.1:{site_port}/"
+    dest = tmp_path / "copy"
+    with serve_on(create_app(tmp_path / "out"), site_port):
+        with hub_on(tmp_path / "hub.sqlite", hub_port):
+            follower = Follower(site, dest, QUICK, poll_interval=1.0)
+            follower.subscribed()
+            follower.wait_event("caught-up")
+        with hub_on(tmp_path / "new-hub.sqlite", hub_port):
+            (data / "a.txt").write_text("a1")
+            publish(config)  # the new hub has no subscriber for it
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a1")
+            follower.wait_event("resubscribing")
+            follower.wait_event("renewed")
+            assert "applied" not in follower.kinds()
+            (data / "a.txt").write_text("a2")
+            publish(config)
+            follower.wait_event("applied")
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a2")
+            follower.finish()

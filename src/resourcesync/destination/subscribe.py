@@ -148,7 +148,14 @@ class _Follower:
             if self.catch_up_at is not None:
                 due = min(due, self.catch_up_at)
             if now >= due:
-                self.catch_up()
+                polled = self.catch_up_at is None or now < self.catch_up_at
+                if self.catch_up() and polled and self._found_changes():
+                    # Silence, yet the Change List had news: the hub may have lost the
+                    # subscription (a hub restarted without its database). Ask again now
+                    # rather than at the next renewal, hours away.
+                    self.subscriber.resubscribe_now(
+                        "the Change List had changes no notification announced"
+                    )
             try:
                 endpoint, body = self.inbox.get(timeout=0.1)
             except queue.Empty:
@@ -187,6 +194,9 @@ class _Follower:
             self.source_failures += 1
             self.catch_up_at = self.last_synced + self.backoff.delay(self.source_failures)
         return True
+
+    def _found_changes(self) -> bool:
+        return any(s.changes for s in self.reports[-1].sets)
 
     def notification(self, endpoint: Endpoint, body: bytes) -> None:
         ch = endpoint.channel

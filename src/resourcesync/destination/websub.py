@@ -257,6 +257,14 @@ class Subscriber:
             if ch.state != "denied" and ch.current is not None and ch.current.denied is not None:
                 self._denied(ch, ch.current.denied)
 
+    def resubscribe_now(self, reason: str) -> None:
+        """Renew every active subscription at once (the hub may have forgotten them)."""
+        now = self.clock()
+        for ch in self.channels:
+            if ch.state == "active" and ch.active(now):
+                ch.renew_at = now
+                self.report("resubscribing", {**ch.describe(), "reason": reason})
+
     def degraded(self) -> bool:
         """Whether some channel that may come back is not active now."""
         now = self.clock()
