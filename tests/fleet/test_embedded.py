@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+
 from tests.destination.helpers import cli, tree
 from tests.fleet.helpers import Site, change, csv_of, many_sources
 
@@ -135,15 +137,23 @@ def test_the_scheduler_keeps_copies_in_step_until_stopped(tmp_path: Path) -> Non
         listing = tmp_path / "sources.csv"
         listing.write_text(csv_of(sites, every="1s"))
         assert cli("fleet", "import", listing, "--root", root).exit_code == 0
+        argv = [sys.executable, "-m", "resourcesync", "fleet", "run", "--root", str(root)]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "resourcesync", "fleet", "run", "--root", str(root)],
+            [*argv, "--status-port", "0"],
             stderr=subprocess.PIPE,
             text=True,
         )
         try:
+            assert proc.stderr
+            page = proc.stderr.readline().strip().removeprefix("status at ")
             _wait(lambda: all(v["ok"] for v in status(root).values()), "every Source baselined")
             change(sites, 1)
             _wait(lambda: _in_step(root, sites), "every copy following its changed Source")
+            # The status page is served while the scheduler runs.
+            html = httpx.get(page).text
+            assert all(f"<td>{s.name}</td>" in html for s in sites)
+            doc = httpx.get(page + "status.json").json()
+            assert (doc["total"], doc["failing"]) == (3, 0)
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=30)

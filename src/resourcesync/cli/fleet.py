@@ -236,6 +236,11 @@ def _line(row: Row, outcome: Outcome) -> None:
     show_default=True,
     help="With --broker: queue a Source again when its task has not come back for this long.",
 )
+@click.option(
+    "--status-port",
+    type=click.IntRange(0, 65535),
+    help="Also serve the status page at http://127.0.0.1:PORT/ (and /status.json).",
+)
 @_where
 @handle_errors
 def run(
@@ -250,6 +255,7 @@ def run(
     retries: int,
     broker: str | None,
     requeue_after: float,
+    status_port: int | None,
     root: Path,
     db: str | None,
 ) -> None:
@@ -259,6 +265,15 @@ def run(
     what is due and exits 0 when every sync succeeded, 1 otherwise."""
     if all_ and not once:
         fail("--all goes with --once")
+    if status_port is not None:
+        from ..fleet.status import serve_status
+
+        try:
+            page = serve_status(root, db, status_port)
+        except OSError as exc:
+            fail(f"--status-port {status_port}: {exc.strerror or exc}")
+            return
+        click.echo(f"status at http://127.0.0.1:{page.server_address[1]}/", err=True)
     from ..fleet import Backoff, Limits
     from ..fleet.embedded import Embedded
 

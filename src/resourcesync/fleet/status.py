@@ -5,17 +5,22 @@ Source at a time), a rich table, or an HTML page."""
 from __future__ import annotations
 
 import html
+import io
 import json
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import IO, Any
 
 from ..w3cdt import format_w3c
 from .job import COUNTS
 from .store import Row
 
-__all__ = ["Totals", "age", "entry_status", "rows_html", "write_json"]
+__all__ = ["Totals", "age", "entry_status", "rows_html", "serve_status", "write_json"]
 
 
 def _when(t: float | None) -> str | None:
@@ -151,3 +156,44 @@ def rows_html(rows: Iterable[Row], now: float) -> Iterator[str]:
         f"</tbody></table><p>{t.sources} Sources: {t.ok} ok, {t.failing} failing, "
         f"{t.never_run} never run, {t.due} due.</p></body></html>\n"
     )
+
+
+def serve_status(
+    root: Path, db: str | None, port: int, host: str = "127.0.0.1"
+) -> ThreadingHTTPServer:
+    """Serve the status page (`/`) and its JSON (`/status.json`) from a thread; each request
+    reads the store afresh through its own connection. Call `shutdown()` to stop."""
+    from .store import open_store
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path not in ("/", "/status.json"):
+                self.send_error(404)
+                return
+            now = time.time()
+            store = open_store(root, db)
+            try:
+                if path == "/":
+                    body = "".join(rows_html(store.rows(), now)).encode()
+                    kind = "text/html; charset=utf-8"
+                else:
+                    out = io.StringIO()
+                    write_json(store.rows(), now, out)
+                    body, kind = out.getvalue().encode(), "application/json"
+            finally:
+                store.close()
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # an operator's page views are not the fleet's log
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True, name="status").start()
+    return server
