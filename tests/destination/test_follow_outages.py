@@ -401,3 +401,55 @@ def test_a_hub_that_forgot_the_subscription_is_asked_again(tmp_path: Path) -> No
             follower.wait_event("applied")
             wait_for(lambda: _read(dest / "files" / "a.txt") == "a2")
             follower.finish()
+
+
+def test_a_channel_moved_to_another_hub_is_followed_there(tmp_path: Path) -> None:
+    """A framework notification that the Capability List changed makes the follower read the
+    channels again: the change notification channel moved to another hub is unsubscribed at
+    the old one and subscribed at the new one."""
+    with (
+        run_hub(fast_config(), tmp_path / "old.sqlite") as old_hub,
+        run_hub(fast_config(), tmp_path / "new.sqlite") as new_hub,
+    ):
+        data, config, site_port = _site(tmp_path, new_hub)
+        site = f"http://127.0.0.1:{site_port}/"
+        framework_topic = site + "resourcesync/framework/"
+        capabilitylist = tmp_path / "out" / "set1" / "capabilitylist.xml"
+
+        def advertise(change_hub: str) -> None:
+            text = capabilitylist.read_text().replace(new_hub, change_hub)
+            channel = (
+                f"  <url>\n    <loc>{framework_topic}</loc>\n"
+                '    <rs:md capability="framework-notification"/>\n'
+                f'    <rs:ln rel="hub" href="{old_hub}"/>\n  </url>\n</urlset>'
+            )
+            capabilitylist.write_text(text.replace("</urlset>", channel))
+
+        dest = tmp_path / "copy"
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            advertise(old_hub)
+            follower = Follower(site, dest, QUICK, poll_interval=3600)
+            wait_for(lambda: len(follower.details("subscribed")) == 2)
+            publish(config)
+            advertise(new_hub)
+            notice = (
+                '<?xml version="1.0" encoding="UTF-8"?>\n'
+                '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+                ' xmlns:rs="http://www.openarchives.org/rs/terms/">\n'
+                '  <rs:md capability="framework-notification"/>\n'
+                f"  <url><loc>{site}set1/capabilitylist.xml</loc>"
+                '<rs:md change="updated" capability="capabilitylist"/></url>\n'
+                "</urlset>\n"
+            )
+            links = f'<{framework_topic}>; rel="self", <{old_hub}>; rel="hub"'
+            headers = {"Content-Type": "application/xml", "Link": links}
+            assert httpx.post(old_hub, content=notice, headers=headers).status_code == 200
+            moved = follower.wait_event("subscribed", lambda d: d["hub"] == new_hub)
+            assert moved["channel"] == "change"
+            (removed,) = follower.details("channel-removed")
+            assert removed["hub"] == old_hub
+            (data / "a.txt").write_text("a1")
+            publish(config)  # notifies the new hub
+            follower.wait_event("applied")
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a1")
+            follower.finish()

@@ -195,6 +195,18 @@ class _Follower:
             self.catch_up_at = self.last_synced + self.backoff.delay(self.source_failures)
         return True
 
+    def refresh_channels(self) -> None:
+        """Read the Source's channels again (a Capability List changed: a channel added or
+        moved to another hub) and subscribe or unsubscribe accordingly."""
+        try:
+            with make_client(self.options.http) as client:
+                info = discover(self.source, client=client, choose=self.options.set)
+                found = _channels(info, client)
+        except _OUTAGE as exc:
+            self.report("source-unavailable", {"source": self.source, "reason": str(exc)})
+            return
+        self.subscriber.update(found)
+
     def _found_changes(self) -> bool:
         return any(s.changes for s in self.reports[-1].sets)
 
@@ -217,6 +229,10 @@ class _Follower:
             )
             # A new dump, a rotated Change List, a new Capability List: read the Source now.
             self.catch_up()
+            if any(
+                e.capability in (Capability.CAPABILITYLIST, Capability.DESCRIPTION) for e in entries
+            ):
+                self.refresh_channels()
             return
         if doc.capability != Capability.CHANGE_NOTIFICATION:
             self.report("dropped", f"not a change notification ({doc.capability})")

@@ -257,6 +257,33 @@ class Subscriber:
             if ch.state != "denied" and ch.current is not None and ch.current.denied is not None:
                 self._denied(ch, ch.current.denied)
 
+    def update(self, found: list[Channel]) -> None:
+        """Follow the channels `found` from now on: new ones are subscribed to, those no
+        longer offered are unsubscribed from."""
+
+        def key(ch: Channel) -> tuple[str, str, str]:
+            return (ch.kind, ch.topic, ch.hub)
+
+        wanted = {key(ch): ch for ch in found}
+        for ch in list(self.channels):
+            if key(ch) in wanted:
+                continue
+            self.channels.remove(ch)
+            if ch.pending is not None:
+                self.callbacks.retire(ch.pending)
+            if ch.current is not None:
+                ch.current.leaving = True
+                with contextlib.suppress(ResourceSyncError):
+                    hub_request(self.client, ch, "unsubscribe", self.base + ch.current.token)
+                # Retired at once: a late delivery gets 410 Gone, which ends it too.
+                self.callbacks.retire(ch.current)
+            self.report("channel-removed", ch.describe())
+        have = {key(ch) for ch in self.channels}
+        for k, ch in wanted.items():
+            if k not in have:
+                self.channels.append(ch)
+                self.report("channel-added", ch.describe())
+
     def resubscribe_now(self, reason: str) -> None:
         """Renew every active subscription at once (the hub may have forgotten them)."""
         now = self.clock()
