@@ -1,0 +1,163 @@
+"""Audit: compare a copy with the Source's current state — its Resource List plus the changes
+listed after the Resource List's `at` — without changing anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import ReadError
+from ..http import make_client
+from ..sitemap import walk
+from ..sitemap.follow import FOLLOW_INDEX
+from .discover import SetInfo, discover
+from .mirror import Mapping, Mirror, UnsafePath
+from .options import SyncOptions, scoped
+from .report import AuditReport
+from .state import DestinationState
+
+__all__ = ["STATE_FILE", "audit"]
+
+STATE_FILE = "state.sqlite"
+
+
+def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditReport:
+    """Compare DEST with the Source's current state: its Resource List plus the changes listed
+    after the Resource List's `at`. Missing, extra and different resources (by digest when both
+    sides have one, else by length)."""
+    opts = scoped(options or SyncOptions(), source)
+    started = time.monotonic()
+    with make_client(opts.http) as client:
+        info = discover(source, client=client, choose=opts.set)
+        maps = [Mapping(info.base, dest.resolve())] if info.base else []
+        maps += [Mapping(p, d.resolve()) for p, d in opts.mappings]
+        mirror = Mirror(dest, maps, dry_run=True)
+        report = AuditReport(source=source, dest=str(dest))
+        db = sqlite3.connect(":memory:")
+        db.execute(
+            "CREATE TABLE expected (uri TEXT PRIMARY KEY, length INTEGER, hashes TEXT, "
+            "gone INTEGER)"
+        )
+        for s in info.sets:
+            _expected_state(s, db, client)
+        # Every local path accounted for (expected, or already reported as extra).
+        db.execute("CREATE TABLE accounted (path TEXT PRIMARY KEY)")
+        state_path = mirror.state_dir / STATE_FILE
+        if state_path.exists():
+            with DestinationState(state_path) as state:
+                for known in state.all_known():
+                    row = db.execute(
+                        "SELECT gone FROM expected WHERE uri = ?", (known.uri,)
+                    ).fetchone()
+                    if row is None or row[0]:
+                        try:
+                            extra_path = mirror.path_for(known.uri)
+                            if extra_path.is_file():
+                                report.extra += 1
+                                report.note("extra", known.uri)
+                                db.execute(
+                                    "INSERT OR IGNORE INTO accounted VALUES (?)",
+                                    (str(extra_path),),
+                                )
+                        except UnsafePath:
+                            pass
+        for uri, length, hashes in db.execute(
+            "SELECT uri, length, hashes FROM expected WHERE gone = 0 ORDER BY uri"
+        ):
+            report.expected += 1
+            try:
+                path = mirror.path_for(uri)
+            except UnsafePath:
+                report.missing += 1
+                report.note("missing", uri)
+                continue
+            db.execute("INSERT OR IGNORE INTO accounted VALUES (?)", (str(path),))
+            if not path.is_file():
+                report.missing += 1
+                report.note("missing", uri)
+                continue
+            want = json.loads(hashes) if hashes else {}
+            algos = [a for a in want if a in ("md5", "sha-1", "sha-256")]
+            got = mirror.local_digests(uri, algos[:1] or ["md5"])
+            if got is None:
+                report.missing += 1
+                report.note("missing", uri)
+                continue
+            size, digests = got
+            same = (length is None or size == length) and all(
+                digests.get(a) == want[a] for a in algos[:1]
+            )
+            if same:
+                report.in_sync += 1
+            else:
+                report.different += 1
+                report.note("different", uri)
+        # Files in DEST that no URI of the Source accounts for (put there by hand, or left by
+        # another tool): extra too, named by their local path.
+        for path in _local_files(mirror.dest, mirror.state_dir):
+            if db.execute("SELECT 1 FROM accounted WHERE path = ?", (str(path),)).fetchone():
+                continue
+            report.extra += 1
+            report.note("extra", f"file {path}")
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _local_files(root: Path, state_dir: Path) -> Iterator[Path]:
+    """Regular files under root, the state folder and our temporary files left out."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        if Path(dirpath) == root:
+            dirnames[:] = [d for d in dirnames if root / d != state_dir]
+        for name in filenames:
+            if name.startswith(".") and name.endswith(".part"):
+                continue
+            path = Path(dirpath) / name
+            if path.is_file():
+                yield path
+
+
+def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any) -> None:
+    url = s.url("resourcelist")
+    if url is None:
+        raise ReadError(
+            "the Source offers no Resource List to audit against", source=s.capabilitylist
+        )
+    at: datetime | None = None
+    batch: list[tuple[Any, ...]] = []
+    for visit in walk(url, mode=FOLLOW_INDEX, client=client):
+        doc = visit.reader.document
+        if at is None:
+            at = doc.at
+        if doc.index:
+            for _ in visit.entries():
+                pass
+            continue
+        for _, res in visit.entries():
+            batch.append((res.loc, res.length, json.dumps(res.hashes), 0))
+            if len(batch) >= 2000:
+                db.executemany("INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?)", batch)
+                batch.clear()
+    db.executemany("INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?)", batch)
+    cl = s.url("changelist")
+    if cl is None or at is None:
+        return
+    # The changes after the Resource List's `at`, applied in order.
+    for visit in walk(cl, mode=FOLLOW_INDEX, client=client):
+        if visit.reader.document.index:
+            for _ in visit.entries():
+                pass
+            continue
+        for _, res in visit.entries():
+            t = res.change_time
+            if t is not None and t <= at:
+                continue
+            db.execute(
+                "INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?)",
+                (res.loc, res.length, json.dumps(res.hashes), 1 if res.change == "deleted" else 0),
+            )

@@ -1,0 +1,104 @@
+"""Baselines from Resource Dumps: download each package, check it, extract what its manifest
+lists through the mirror. A member that cannot be used is fetched on its own instead."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import zipfile
+from datetime import datetime
+from pathlib import Path
+
+from ..errors import ReadError, ResourceSyncError
+from ..http import aiter_body, make_async_client, open_stream_async
+from ..model import Resource
+from ..sitemap import open_document
+from .discover import SetInfo
+from .mirror import UnsafePath
+from .options import Run
+from .plan import Plan, Planner
+from .report import SetReport
+
+__all__ = ["baseline_from_dumps"]
+
+
+def baseline_from_dumps(
+    run: Run, planner: Planner, s: SetInfo, key: str, plan: Plan, report: SetReport
+) -> datetime | None:
+    """Apply the Resource Dump's packages; returns the dump's `at`."""
+    url = s.url("resourcedump")
+    assert url is not None
+    report.via = "dumps"
+    with open_document(url, client=run.client) as reader:
+        doc = reader.document
+        packages = list(reader)
+    at = doc.at or doc.completed
+    work = Path(tempfile.mkdtemp(prefix="dump-", dir=run.mirror.state_dir))
+    try:
+        for package in packages:
+            _apply_package(run, package, key, plan, report, work)
+    finally:
+        for p in work.glob("*"):
+            p.unlink(missing_ok=True)
+        work.rmdir()
+    planner.extras(key, plan)
+    return at
+
+
+def _apply_package(
+    run: Run, package: Resource, key: str, plan: Plan, report: SetReport, work: Path
+) -> None:
+    """Download a package, check it, extract what its manifest lists to safe paths."""
+    zpath = work / "package.zip"
+    asyncio.run(_download(run, package, zpath))
+    with zipfile.ZipFile(zpath) as zf:
+        try:
+            manifest_bytes = zf.read("manifest.xml")
+        except KeyError:
+            raise ReadError("a dump package without manifest.xml", source=package.loc) from None
+    with open_document(manifest_bytes, name=package.loc + "#manifest.xml") as reader:
+        entries = list(reader)
+    plan.seen([e.loc for e in entries])
+    mirror = run.mirror
+    for res, outcome in mirror.extract(zpath, entries):
+        if isinstance(outcome, ResourceSyncError):
+            # A member that cannot be used is fetched on its own instead (if its URI is
+            # safe); the package's problem is reported, not counted as a failure twice.
+            report.problem(res.loc, f"not taken from the package: {outcome.message}")
+            try:
+                mirror.path_for(res.loc)
+            except UnsafePath as exc:
+                report.refused += 1
+                report.problem(res.loc, f"refused: {exc.message}")
+                continue
+            plan.add(res.loc, "fetch", res)
+            continue
+        report.fetched += 1
+        report.bytes += outcome.length
+        run.state.record(
+            res.loc,
+            mirror.relpath(res.loc),
+            outcome.length,
+            outcome.hashes,
+            res.lastmod,
+            None,
+            None,
+            key,
+        )
+
+
+async def _download(run: Run, package: Resource, target: Path) -> None:
+    async with (
+        make_async_client(run.options.http) as client,
+        open_stream_async(package.loc, client=client) as response,
+    ):
+        size = 0
+        with open(target, "wb") as f:
+            async for chunk in aiter_body(response, package.loc):
+                size += len(chunk)
+                f.write(chunk)
+    if package.length is not None and size != package.length:
+        raise ReadError(
+            f"package is {size} bytes, the Resource Dump says {package.length}",
+            source=package.loc,
+        )

@@ -1,0 +1,67 @@
+"""What a sync is asked to do (`SyncOptions`), and what every stage of one run shares (`Run`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from ..http import HttpOptions, origin
+
+if TYPE_CHECKING:
+    import httpx
+
+    from .mirror import Mirror
+    from .state import DestinationState
+
+__all__ = ["Progress", "Run", "SyncOptions", "scoped"]
+
+#: A progress callback: (phase, done, total, bytes).
+Progress = Callable[[str, int, int, int], None]
+
+
+@dataclass
+class SyncOptions:
+    delete: bool = False
+    dry_run: bool = False
+    baseline: bool = False
+    via: str = "auto"
+    transfers: int = 8
+    per_host: int = 4
+    delay: float = 0.0
+    checksum: bool = True
+    fsync: bool = False
+    #: Extra request headers (e.g. Authorization), sent only to the Source's own hosts.
+    headers: dict[str, str] = field(default_factory=dict)
+    http: HttpOptions = field(default_factory=HttpOptions)
+    mappings: list[tuple[str, Path]] = field(default_factory=list)
+    set: str | None = None
+
+
+@dataclass
+class Run:
+    """The parts one sync run's stages (plan, dumps, transfer) share."""
+
+    options: SyncOptions
+    mirror: Mirror
+    state: DestinationState
+    client: httpx.Client
+    progress: Progress | None = None
+
+
+def scoped(options: SyncOptions, source: str) -> SyncOptions:
+    """Credentials (`--header`, `--token`) go to the Source's own host on every request —
+    documents and resources — and to no other host."""
+    if not options.headers or options.http.scoped_headers:
+        return options
+    parts = urlsplit(source)
+    if not parts.hostname:
+        return options
+    hosts = frozenset({origin(parts.scheme, parts.hostname, parts.port)})
+    http = dataclasses.replace(
+        options.http, scoped_headers=dict(options.headers), scoped_hosts=hosts
+    )
+    return dataclasses.replace(options, http=http)

@@ -1,0 +1,300 @@
+"""Planning: documents → the final state of each URI (what to fetch, what to delete).
+
+The plan lives in a temporary SQLite table, so a 1,000,000-entry Resource List costs megabytes,
+not gigabytes. A URI planned twice keeps only its last action, moved to the end: changes apply
+in the order of their last occurrence, each URI once, in its final state (`Plan.add`, the one
+place that rule is kept).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import ReadError
+from ..model import Resource
+from ..sitemap import open_document, walk
+from ..sitemap.follow import FOLLOW_INDEX
+from ..w3cdt import format_w3c, parse_w3c
+from .discover import SetInfo
+from .mirror import UnsafePath
+from .options import Run
+from .report import SetReport
+from .state import Cursor
+
+__all__ = ["Plan", "Planner", "same"]
+
+_BATCH = 2000
+
+
+class Plan:
+    """The work for one set, in a temporary SQLite table (flat memory whatever the size)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        db.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, uri TEXT UNIQUE, "
+            "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT)"
+        )
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
+        db.execute("DELETE FROM plan")
+        db.execute("DELETE FROM seen")
+        self.batch: list[tuple[Any, ...]] = []
+
+    def add(self, uri: str, action: str, res: Resource | None = None) -> None:
+        """Plan an action for a URI; a later one for the same URI replaces it (final state)."""
+        self.batch.append(
+            (
+                uri,
+                action,
+                res.length if res else None,
+                json.dumps(res.hashes) if res and res.hashes else None,
+                format_w3c(res.lastmod) if res and res.lastmod else None,
+                format_w3c(res.change_time) if res and res.change_time else None,
+            )
+        )
+        if len(self.batch) >= _BATCH:
+            self.flush()
+
+    def drop(self, uri: str) -> None:
+        self.flush()
+        self.db.execute("DELETE FROM plan WHERE uri = ?", (uri,))
+
+    def flush(self) -> None:
+        if self.batch:
+            # Deleting first moves a URI planned again to the end: changes apply in order of
+            # their last occurrence.
+            self.db.executemany("DELETE FROM plan WHERE uri = ?", [(b[0],) for b in self.batch])
+            self.db.executemany(
+                "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                self.batch,
+            )
+            self.batch.clear()
+
+    def seen(self, uris: list[str]) -> None:
+        self.db.executemany("INSERT OR IGNORE INTO seen (uri) VALUES (?)", [(u,) for u in uris])
+
+    def count(self, action: str | None = None) -> int:
+        self.flush()
+        if action is None:
+            return int(self.db.execute("SELECT COUNT(*) FROM plan").fetchone()[0])
+        q = "SELECT COUNT(*) FROM plan WHERE action = ?"
+        return int(self.db.execute(q, (action,)).fetchone()[0])
+
+    def rows(self, action: str) -> Iterator[tuple[str, Resource]]:
+        self.flush()
+        last = 0
+        while True:
+            batch = self.db.execute(
+                "SELECT seq, uri, length, hashes, lastmod, datetime FROM plan "
+                "WHERE action = ? AND seq > ? ORDER BY seq LIMIT 1000",
+                (action, last),
+            ).fetchall()
+            if not batch:
+                return
+            for seq, uri, length, hashes, lastmod, when in batch:
+                last = seq
+                res = Resource(
+                    loc=uri,
+                    length=length,
+                    hashes=json.loads(hashes) if hashes else {},
+                    lastmod=parse_w3c(lastmod) if lastmod else None,
+                    datetime=parse_w3c(when) if when else None,
+                )
+                yield uri, res
+
+
+def same(known_hashes: dict[str, str], known_length: int | None, res: Resource) -> bool:
+    """Whether what we hold is what the Source describes (by digest when both have one)."""
+    common = [a for a in res.hashes if a in known_hashes]
+    if common:
+        return all(known_hashes[a] == res.hashes[a] for a in common) and (
+            res.length is None or known_length is None or res.length == known_length
+        )
+    return res.length is not None and res.length == known_length and bool(known_hashes)
+
+
+class Planner:
+    """Reads a set's documents and fills a `Plan`."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    # -- baseline ------------------------------------------------------------------------------
+
+    def baseline(self, s: SetInfo, key: str, plan: Plan, report: SetReport) -> datetime | None:
+        """Plan a baseline from the Resource List (or its index); returns its `at`."""
+        url = s.url("resourcelist")
+        if url is None:
+            raise ReadError("the Source offers no Resource List", source=s.capabilitylist)
+        at: datetime | None = None
+        seen: list[str] = []
+        for visit in walk(url, mode=FOLLOW_INDEX, client=self.run.client):
+            doc = visit.reader.document
+            if at is None:
+                at = doc.at or doc.completed
+            if doc.index:
+                for _ in visit.entries():
+                    pass
+                continue
+            for _, res in visit.entries():
+                seen.append(res.loc)
+                if len(seen) >= _BATCH:
+                    plan.seen(seen)
+                    seen.clear()
+                self.fetch_unless_held(res, plan, report)
+        plan.seen(seen)
+        self.extras(key, plan)
+        return at
+
+    def fetch_unless_held(self, res: Resource, plan: Plan, report: SetReport) -> None:
+        uri = res.loc
+        try:
+            path = self.run.mirror.path_for(uri)
+        except UnsafePath as exc:
+            report.refused += 1
+            report.problem(uri, f"refused: {exc.message}")
+            return
+        known = self.run.state.known(uri)
+        if (
+            known is not None
+            and same(known.hashes, known.length, res)
+            and self._intact(uri, path, known.length, res)
+        ):
+            report.unchanged += 1
+            return
+        plan.add(uri, "fetch", res)
+
+    def _intact(self, uri: str, path: Path, length: int | None, res: Resource) -> bool:
+        """Whether the local file is still what we wrote: its size always; its digest too
+        when a baseline was asked for (a repair run) and the Source gives one."""
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return False
+        if length is not None and size != length:
+            return False
+        opts = self.run.options
+        if opts.baseline and opts.checksum and res.hashes:
+            algos = [a for a in res.hashes if a in ("md5", "sha-1", "sha-256")][:1]
+            if algos:
+                got = self.run.mirror.local_digests(uri, algos)
+                return got is not None and got[1].get(algos[0]) == res.hashes[algos[0]]
+        return True
+
+    def extras(self, key: str, plan: Plan) -> None:
+        """Resources we hold that the Source no longer lists: deleted with --delete, else kept
+        as pending deletions."""
+        plan.flush()
+        rows = self.run.state.db.execute(
+            "SELECT uri FROM resources WHERE set_key = ? AND uri NOT IN (SELECT uri FROM seen)",
+            (key,),
+        ).fetchall()
+        for (uri,) in rows:
+            plan.add(uri, "delete")
+
+    # -- incremental ---------------------------------------------------------------------------
+
+    def incremental(
+        self, s: SetInfo, key: str, plan: Plan, report: SetReport, cursor: Cursor
+    ) -> Cursor:
+        url = s.url("changelist")
+        if url is None:
+            raise ReadError(
+                "the Source offers no Change List to follow (use --baseline)",
+                source=s.capabilitylist,
+            )
+        lists = self._lists_covering(url, s, cursor, report)
+        if lists is None:
+            return cursor
+        client = self.run.client
+
+        def entries() -> Iterator[Resource]:
+            for list_url in lists:
+                with open_document(list_url, client=client) as reader:
+                    reader.document  # noqa: B018
+                    yield from reader
+
+        return self.changes(entries(), plan, report, cursor)
+
+    def changes(
+        self, entries: Iterable[Resource], plan: Plan, report: SetReport, cursor: Cursor
+    ) -> Cursor:
+        """Plan the changes after the cursor (each URI once, its final state); returns the
+        cursor the plan brings the copy to."""
+        last = cursor
+        passed_cursor = cursor.uri == ""
+        mirror = self.run.mirror
+        for res in entries:
+            t = res.change_time
+            if t is not None:
+                if t < cursor.datetime:
+                    continue
+                if t == cursor.datetime and not passed_cursor:
+                    if res.loc == cursor.uri:
+                        passed_cursor = True
+                    continue
+            report.changes += 1
+            try:
+                mirror.path_for(res.loc)
+            except UnsafePath as exc:
+                report.refused += 1
+                report.problem(res.loc, f"refused: {exc.message}")
+                continue
+            plan.add(res.loc, "delete" if res.change == "deleted" else "fetch", res)
+            if t is not None:
+                last = Cursor(t, res.loc)
+        # A fetch planned for something we already hold as described is not needed.
+        for uri, res in plan.rows("fetch"):
+            known = self.run.state.known(uri)
+            if known is not None and same(known.hashes, known.length, res):
+                try:
+                    if mirror.path_for(uri).is_file():
+                        plan.drop(uri)
+                        report.unchanged += 1
+                except UnsafePath:
+                    pass
+        return last
+
+    def _lists_covering(
+        self, url: str, s: SetInfo, cursor: Cursor, report: SetReport
+    ) -> list[str] | None:
+        """The Change Lists (in order) that together cover everything after the cursor; None
+        when the Source no longer lists some of that time (a gap, reported)."""
+        client = self.run.client
+        candidates: dict[str, tuple[datetime | None, datetime | None]] = {}
+        with open_document(url, client=client) as reader:
+            doc = reader.document
+            if doc.index:
+                for res in reader:
+                    candidates[res.loc] = (res.from_, res.until)
+            else:
+                candidates[url] = (doc.from_, doc.until)
+            archive = doc.link("archives")
+        earliest = min((f for f, _ in candidates.values() if f is not None), default=None)
+        if earliest is None or earliest > cursor.datetime:
+            # Walk back through the Change List Archive.
+            archive_url = archive.href if archive else s.url("changelist-archive")
+            if archive_url:
+                for visit in walk(archive_url, mode=FOLLOW_INDEX, client=client):
+                    for _, res in visit.entries():
+                        if not visit.reader.document.index:
+                            candidates.setdefault(res.loc, (res.from_, res.until))
+            earliest = min((f for f, _ in candidates.values() if f is not None), default=None)
+        if earliest is not None and earliest > cursor.datetime:
+            report.gap = (
+                f"the Source lists changes from {format_w3c(earliest)} on; this copy is at "
+                f"{format_w3c(cursor.datetime)}: the changes between are no longer listed "
+                "(run with --baseline)"
+            )
+            return None
+        chosen = [
+            (f, u, loc) for loc, (f, u) in candidates.items() if u is None or u >= cursor.datetime
+        ]
+        chosen.sort(key=lambda x: (x[0] is None, x[0] or cursor.datetime))
+        return [loc for _, _, loc in chosen]

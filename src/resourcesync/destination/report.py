@@ -1,0 +1,91 @@
+"""What a sync or an audit reports: counts, the problems by URI, and the verdict (`ok`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["AuditReport", "Problem", "SetReport", "SyncReport"]
+
+#: Examples of each kind kept in an audit report.
+EXAMPLES = 10
+#: Problems kept per set (the counts stay exact beyond it).
+MAX_PROBLEMS = 1000
+
+
+@dataclass
+class Problem:
+    uri: str
+    message: str
+
+
+@dataclass
+class SetReport:
+    name: str
+    mode: str = ""
+    via: str = "lists"
+    planned: int = 0
+    fetched: int = 0
+    not_modified: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    pending_deletes: int = 0
+    failed: int = 0
+    refused: int = 0
+    bytes: int = 0
+    changes: int = 0
+    gap: str | None = None
+    cursor: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    def problem(self, uri: str, message: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(Problem(uri, message))
+
+
+@dataclass
+class SyncReport:
+    source: str
+    dest: str
+    how: str
+    sets: list[SetReport]
+    seconds: float = 0.0
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(s.failed == 0 and s.refused == 0 and s.gap is None for s in self.sets)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ok"] = self.ok
+        out["seconds"] = round(self.seconds, 3)
+        return out
+
+
+@dataclass
+class AuditReport:
+    source: str
+    dest: str
+    expected: int = 0
+    in_sync: int = 0
+    missing: int = 0
+    extra: int = 0
+    different: int = 0
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.missing == 0 and self.extra == 0 and self.different == 0
+
+    def note(self, kind: str, uri: str) -> None:
+        ex = self.examples.setdefault(kind, [])
+        if len(ex) < EXAMPLES:
+            ex.append(uri)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["in_sync_ok"] = self.ok
+        out["seconds"] = round(self.seconds, 3)
+        return out

@@ -1,0 +1,195 @@
+"""Carrying a plan out: bounded concurrent fetches (per run and per host, with an optional
+delay between requests to a host), conditional requests for what we hold, verification and
+atomic writes through the mirror, then the deletions. Every outcome is recorded in the state:
+a verified resource as soon as its batch is written, a failure to be retried by the next run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import ReadError, ResourceSyncError
+from ..http import aiter_body, make_async_client, open_stream_async
+from ..model import Resource
+from .mirror import IntegrityError, UnsafePath
+from .options import Run
+from .plan import Plan, same
+from .report import SetReport
+
+__all__ = ["POOL", "Transfer"]
+
+#: Connections per HTTP client in the transfer pipeline (see `Transfer.fetch_all`).
+POOL = 4
+#: Verified resources recorded per state transaction.
+RECORD_BATCH = 256
+
+
+class Transfer:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._records: list[tuple[Any, ...]] = []
+
+    async def fetch_all(self, plan: Plan, key: str, report: SetReport) -> None:
+        opts = self.run.options
+        if opts.dry_run:
+            report.planned = plan.count("fetch")
+            return
+        total = plan.count("fetch")
+        if total == 0:
+            return
+        transfers = asyncio.Semaphore(opts.transfers)
+        hosts: dict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(opts.per_host))
+        next_slot: dict[str, float] = defaultdict(float)
+        done = 0
+        pending: set[asyncio.Task[None]] = set()
+        progress = self.run.progress
+
+        async def one(client: Any, uri: str, res: Resource) -> None:
+            nonlocal done
+            host = urlsplit(uri).netloc.lower()
+            async with transfers, hosts[host]:
+                if opts.delay:
+                    now = time.monotonic()
+                    wait = next_slot[host] - now
+                    next_slot[host] = max(now, next_slot[host]) + opts.delay
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                await self._fetch_one(client, uri, res, key, report)
+            done += 1
+            if progress:
+                progress("fetch", done, total, report.bytes)
+
+        # Several small connection pools rather than one large one: httpcore's pool scans
+        # every connection for every request, which costs more than the transfers themselves
+        # past a few dozen connections.
+        shards = max(1, (opts.transfers + POOL - 1) // POOL)
+        clients = [make_async_client(opts.http) for _ in range(shards)]
+        try:
+            for n, (uri, res) in enumerate(plan.rows("fetch")):
+                task = asyncio.create_task(one(clients[n % shards], uri, res))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                if len(pending) >= opts.transfers * 2:
+                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if pending:
+                await asyncio.gather(*pending)
+        finally:
+            self.flush_records()
+            for c in clients:
+                await c.aclose()
+
+    def _verified_copy(
+        self, uri: str, path: Path, length: int | None, hashes: dict[str, str]
+    ) -> bool:
+        """The local file has the length and (first known) digest we recorded for it."""
+        algos = [a for a in hashes if a in ("md5", "sha-1", "sha-256")][:1]
+        got = self.run.mirror.local_digests(uri, algos or ["md5"])
+        if got is None or (length is not None and got[0] != length):
+            return False
+        return not algos or got[1].get(algos[0]) == hashes[algos[0]]
+
+    async def _fetch_one(
+        self, client: Any, uri: str, res: Resource, key: str, report: SetReport
+    ) -> None:
+        mirror, state = self.run.mirror, self.run.state
+        expected = {"length": res.length, "hashes": res.hashes}
+        last_error = ""
+        for attempt in (1, 2):
+            headers: dict[str, str] = {}
+            known = state.known(uri)
+            if known is not None and attempt == 1 and (mirror.dest / known.path).is_file():
+                if known.etag:
+                    headers["If-None-Match"] = known.etag
+                if known.last_modified:
+                    headers["If-Modified-Since"] = known.last_modified
+            try:
+                async with open_stream_async(
+                    uri, client=client, headers=headers, accept=(304,)
+                ) as response:
+                    if response.status_code == 304:
+                        # Not modified at the Source; trusted only if our copy is still what
+                        # we wrote (and, when the list gives digests, what it describes).
+                        local = mirror.dest / known.path if known is not None else None
+                        if (
+                            known is not None
+                            and local is not None
+                            and (not res.hashes or same(known.hashes, known.length, res))
+                            and self._verified_copy(uri, local, known.length, known.hashes)
+                        ):
+                            report.not_modified += 1
+                            state.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
+                            return
+                        continue  # the Source says otherwise: fetch it unconditionally
+                    hashes = res.hashes if self.run.options.checksum else {}
+                    # Written from the event loop: handing small files to worker threads was
+                    # measured to cost more (GIL hand-offs) than the file system calls it hid.
+                    with mirror.incoming(uri, length=res.length, hashes=hashes) as inc:
+                        async for chunk in aiter_body(response, uri):
+                            inc.write(chunk)
+                        written = inc.commit()
+                    # Recorded in batches: a run killed before a batch is written fetches those
+                    # few again (the files themselves are in place and verified).
+                    self._records.append(
+                        (
+                            uri,
+                            written.path.relative_to(mirror.dest).as_posix(),
+                            written.length,
+                            written.hashes,
+                            res.lastmod,
+                            response.headers.get("ETag"),
+                            response.headers.get("Last-Modified"),
+                            key,
+                        )
+                    )
+                    if len(self._records) >= RECORD_BATCH:
+                        self.flush_records()
+                    report.fetched += 1
+                    report.bytes += written.length
+                    return
+            except UnsafePath as exc:
+                report.refused += 1
+                report.problem(uri, f"refused: {exc.message}")
+                return
+            except IntegrityError as exc:
+                last_error = exc.message
+                continue  # retried once, then reported; the previous copy stays
+            except (ReadError, ResourceSyncError) as exc:
+                last_error = exc.message if isinstance(exc, ResourceSyncError) else str(exc)
+                break
+            except OSError as exc:
+                last_error = f"cannot write: {exc.strerror or exc}"
+                break
+        report.failed += 1
+        report.problem(uri, last_error)
+        state.fail(uri, expected, last_error, key)
+
+    def flush_records(self) -> None:
+        records, self._records = self._records, []
+        self.run.state.record_many(records)
+
+    def delete_all(self, plan: Plan, key: str, report: SetReport) -> None:
+        """Apply the planned deletions (with --delete), else keep them as pending."""
+        opts, mirror, state = self.run.options, self.run.mirror, self.run.state
+        for uri, res in plan.rows("delete"):
+            if not opts.delete:
+                if not opts.dry_run:
+                    state.pend_delete(uri, res.change_time, key)
+                continue
+            try:
+                removed = mirror.delete(uri)
+            except UnsafePath as exc:
+                report.refused += 1
+                report.problem(uri, f"refused: {exc.message}")
+                continue
+            except OSError as exc:
+                report.failed += 1
+                report.problem(uri, f"cannot delete: {exc.strerror or exc}")
+                continue
+            if removed:
+                report.deleted += 1
+            if not opts.dry_run:
+                state.forget(uri)
