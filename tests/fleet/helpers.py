@@ -33,13 +33,14 @@ class Site:
     port: int
     data: Path
     out: Path
+    hub: str | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/"
 
     def publish(self) -> None:
-        s = SetConfig(name="set1", dir=self.data, base_url=self.url)
+        s = SetConfig(name="set1", dir=self.data, base_url=self.url, hub=self.hub)
         publish(PublishConfig(out=self.out, sets=[s]))
 
     def write(self, files: dict[str, bytes]) -> None:
@@ -97,6 +98,7 @@ def many_sources(
     delay: float = 0.0,
     slow: set[str] | None = None,
     files: Callable[[int], dict[str, bytes]] | None = None,
+    hub: str | None = None,
 ) -> Iterator[tuple[list[Site], Hosts]]:
     """One Source per item of `hosts` (an address such as 127.0.0.2; repeat it for Sources
     sharing a host), each published with `files_for(i)`, all served by one server."""
@@ -107,9 +109,8 @@ def many_sources(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, 0))
         port = sock.getsockname()[1]
-        site = Site(
-            f"s{i:03d}", host, port, tmp_path / f"src{i}" / "data", tmp_path / f"src{i}" / "out"
-        )
+        src = tmp_path / f"src{i}"
+        site = Site(f"s{i:03d}", host, port, src / "data", src / "out", hub)
         site.write(files(i) if files else files_for(i))
         site.out.mkdir(parents=True)
         site.publish()

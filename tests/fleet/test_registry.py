@@ -23,8 +23,8 @@ def test_add_list_remove(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.stderr
     cli("fleet", "add", "http://127.0.0.3:1/", "--name", "b", "--delete", "--root", tmp_path)
     assert cli("fleet", "list", "--root", tmp_path).stdout.splitlines() == [
-        "a\thttp://127.0.0.2:1/\t900\tauto\t-",
-        "b\thttp://127.0.0.3:1/\t3600\tauto\tdelete",
+        "a\thttp://127.0.0.2:1/\t900\tauto\t-\t-",
+        "b\thttp://127.0.0.3:1/\t3600\tauto\tdelete\t-",
     ]
     dup = cli("fleet", "add", "http://127.0.0.4:1/", "--name", "a", "--root", tmp_path)
     assert dup.exit_code == 2 and "'a' is already registered" in dup.stderr
@@ -136,4 +136,41 @@ def test_queued_sources_wait_for_their_task_or_its_loss(tmp_path: Path) -> None:
     # A redelivered task of an old ticket is recognised as done.
     assert store.enqueue(["a"], now=400.0) == {"a": 2}
     assert store.done("a", 1) and not store.done("a", 2)
+    store.close()
+
+
+def test_a_notification_during_a_run_makes_the_source_due_again(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.add([Entry("a", "http://127.0.0.2:1/", every=3600)], now=100.0)
+    store.record("a", Outcome(started=100, seconds=1, ok=True), next_run=3700.0)
+    assert store.wake("a", now=200.0) and not store.wake("gone", now=200.0)
+    assert [r.name for r in store.due(200.0, 10)] == ["a"]
+    # A run that started before the notification may not have seen its change: due again.
+    store.record("a", Outcome(started=150, seconds=60, ok=True), next_run=3750.0)
+    row = store.get("a")
+    assert row is not None and (row.next_run, row.woken) == (200.0, 200.0)
+    # A run that started after it has: the interval applies again.
+    store.record("a", Outcome(started=250, seconds=1, ok=True), next_run=3850.0)
+    row = store.get("a")
+    assert row is not None and (row.next_run, row.woken) == (3850.0, None)
+    store.close()
+
+
+def test_a_store_of_the_first_schema_gains_the_new_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    from resourcesync.fleet.store import ADDED, SCHEMA
+
+    path = tmp_path / ".fleet" / "fleet.sqlite"
+    path.parent.mkdir()
+    first = SCHEMA
+    for column, kind in ADDED:
+        first = first.replace(f",\n  {column} {kind}", "")
+    assert "follow" not in first
+    with sqlite3.connect(path) as db:
+        db.executescript(first)
+    store = open_store(tmp_path)
+    store.add([Entry("a", "http://127.0.0.2:1/", follow=True)], now=1.0)
+    row = store.get("a")
+    assert row is not None and row.entry.follow
     store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -86,6 +87,11 @@ def fleet() -> None:
 )
 @click.option("--delete", is_flag=True, help="Apply the Source's deletions to the copy.")
 @click.option(
+    "--follow",
+    is_flag=True,
+    help="Subscribe to its change notifications: each one makes it due at once (fleet run).",
+)
+@click.option(
     "--header",
     multiple=True,
     metavar="'NAME: VALUE'",
@@ -101,6 +107,7 @@ def add(
     every: float,
     via: str,
     delete: bool,
+    follow: bool,
     header: tuple[str, ...],
     replace: bool,
     root: Path,
@@ -112,9 +119,8 @@ def add(
 
     try:
         headers = dict(parse_header(h) for h in header)
-        entry = Entry(
-            name, source, str(Path(dest).resolve()) if dest else None, every, via, delete, headers
-        )
+        where = str(Path(dest).resolve()) if dest else None
+        entry = Entry(name, source, where, every, via, delete, headers, follow)
         entry.check()
     except ValueError as exc:
         fail(str(exc))
@@ -139,13 +145,13 @@ def remove(name: str, root: Path, db: str | None) -> None:
 @_where
 @handle_errors
 def list_(root: Path, db: str | None) -> None:
-    """The registered Sources: NAME, SOURCE, every (seconds), via, delete — tab-separated."""
+    """The registered Sources: NAME, SOURCE, every (seconds), via, delete, follow —
+    tab-separated."""
     with _store(root, db) as store:
         for row in store.rows():
             e = row.entry
-            click.echo(
-                f"{e.name}\t{e.source}\t{e.every:g}\t{e.via}\t{'delete' if e.delete else '-'}"
-            )
+            flags = f"{'delete' if e.delete else '-'}\t{'follow' if e.follow else '-'}"
+            click.echo(f"{e.name}\t{e.source}\t{e.every:g}\t{e.via}\t{flags}")
 
 
 @fleet.command("import")
@@ -237,6 +243,19 @@ def _line(row: Row, outcome: Outcome) -> None:
     help="With --broker: queue a Source again when its task has not come back for this long.",
 )
 @click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    help="Where the callback server for --follow Sources listens (default 127.0.0.1, any port).",
+)
+@click.option("--callback-url", help="The callback URL as hubs must call it (behind a proxy).")
+@click.option(
+    "--lease",
+    type=click.IntRange(60),
+    default=86400,
+    show_default=True,
+    help="The lease asked of hubs for --follow Sources (renewed before it ends).",
+)
+@click.option(
     "--status-port",
     type=click.IntRange(0, 65535),
     help="Also serve the status page at http://127.0.0.1:PORT/ (and /status.json).",
@@ -255,6 +274,9 @@ def run(
     retries: int,
     broker: str | None,
     requeue_after: float,
+    listen: str | None,
+    callback_url: str | None,
+    lease: int,
     status_port: int | None,
     root: Path,
     db: str | None,
@@ -277,6 +299,9 @@ def run(
     from ..fleet import Backoff, Limits
     from ..fleet.embedded import Embedded
 
+    # Ctrl-C / SIGTERM stop a scheduler cleanly; an embedded --once run is simply interrupted.
+    stop = _stop_on_signals() if broker or not once else None
+    notes = None if once else _notifications(root, db, listen, callback_url, lease, stop)
     if broker:
         if not db:
             fail("--broker needs --db postgresql://… (the store the workers share)")
@@ -284,7 +309,10 @@ def run(
         from ..fleet.cluster import TaskOptions
 
         task = TaskOptions(per_host, requests, timeout, retries, retry_after, max_backoff)
-        _cluster(broker, db, root, task, requeue_after, once, all_)
+        try:
+            _cluster(broker, db, root, task, requeue_after, once, all_, stop)
+        finally:
+            _finish(notes, stop)
         return
     limits = Limits(jobs=jobs, per_host=per_host, requests=requests)
     backoff = Backoff(first=retry_after, cap=max_backoff)
@@ -302,9 +330,57 @@ def run(
                 bad = sum(1 for _, o in results if o is None or not o.ok)
                 click.echo(f"{len(results)} Sources run, {bad} not ok", err=True)
                 sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
-            _forever(runner)
+            assert stop is not None
+            runner.run(stop)
         finally:
             runner.close()
+            _finish(notes, stop)
+
+
+def _notifications(
+    root: Path,
+    db: str | None,
+    listen: str | None,
+    callback_url: str | None,
+    lease: int,
+    stop: Any,
+) -> Any:
+    """Subscribe the --follow Sources in a thread of its own, when there are any (or when
+    --listen asks for the callback server anyway, for Sources added later)."""
+    import threading
+
+    from ..fleet.follow import Notifications
+
+    with _store(root, db) as store:
+        if listen is None and not any(r.entry.follow for r in store.rows()):
+            return None
+
+    def event(kind: str, detail: Any) -> None:
+        if kind in ("notified", "subscribed", "denied", "no-channel", "follow-unavailable"):
+            shown = detail if isinstance(detail, str) else json.dumps(detail, default=str)
+            click.echo(f"resourcesync: {kind}: {shown}", err=True)
+
+    notes = Notifications(
+        root,
+        db,
+        listen=listen or "127.0.0.1:0",
+        callback_url=callback_url,
+        lease=lease,
+        on_event=event,
+    )
+    thread = threading.Thread(target=notes.run, args=(stop,), daemon=True, name="follow")
+    thread.start()
+    notes.ready.wait(15)
+    if notes.address:
+        click.echo(f"callbacks at http://{notes.address[0]}:{notes.address[1]}/callback/", err=True)
+    return thread
+
+
+def _finish(notes: Any, stop: Any) -> None:
+    """Stop the subscriptions (they are unsubscribed) once the runs are over."""
+    if notes is not None:
+        stop.set()
+        notes.join(timeout=30)
 
 
 def _stop_on_signals() -> Any:
@@ -317,10 +393,6 @@ def _stop_on_signals() -> Any:
     return stop
 
 
-def _forever(runner: Any) -> None:
-    runner.run(_stop_on_signals())
-
-
 def _cluster(
     broker: str,
     db: str,
@@ -329,11 +401,11 @@ def _cluster(
     requeue_after: float,
     once: bool,
     all_: bool,
+    stop: Any,
 ) -> None:
     from ..fleet.cluster import Producer, make_app
 
     app = make_app(broker)
-    stop = _stop_on_signals()
     with _store(root, db) as store:
         producer = Producer(store, app, task, requeue_after=requeue_after)
         if not once:

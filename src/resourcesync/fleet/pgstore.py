@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from .registry import FleetError
-from .store import SCHEMA, SQLStore
+from .store import ADDED, SCHEMA, SQLStore
 
 __all__ = ["PostgresStore"]
 
@@ -41,6 +41,8 @@ class PostgresStore(SQLStore):
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     self._execute(statement)
+            for column, kind in ADDED:
+                self._execute(f"ALTER TABLE fleet_source ADD COLUMN IF NOT EXISTS {column} {kind}")
 
     def _connect(self) -> psycopg.Connection[Any]:
         try:

@@ -67,6 +67,8 @@ class Entry:
     via: str = "auto"
     delete: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: Subscribe to the Source's change notifications: a notification makes it due at once.
+    follow: bool = False
 
     def check(self) -> None:
         """Raise ValueError naming what is wrong with this entry."""
@@ -91,8 +93,18 @@ class Entry:
         return Path(self.dest) if self.dest else root / self.name
 
 
+def _flag(raw: Mapping[str, Any], key: str) -> bool:
+    value = raw.get(key, False)
+    if isinstance(value, str):
+        if value.strip().lower() not in ("", "0", "1", "true", "false", "yes", "no"):
+            raise ValueError(f"{key} must be true or false, not {value!r}")
+        return value.strip().lower() in ("1", "true", "yes")
+    return bool(value)
+
+
 def _entry(raw: Mapping[str, Any]) -> Entry:
-    unknown = set(raw) - {"name", "source", "dest", "every", "via", "delete", "headers", "header"}
+    known = {"name", "source", "dest", "every", "via", "delete", "follow", "headers", "header"}
+    unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
     for key in ("name", "source"):
@@ -108,19 +120,15 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
     elif isinstance(given, list):
         headers = dict(parse_header(str(h)) for h in given)
     every = raw.get("every")
-    delete = raw.get("delete", False)
-    if isinstance(delete, str):
-        if delete.strip().lower() not in ("", "0", "1", "true", "false", "yes", "no"):
-            raise ValueError(f"delete must be true or false, not {delete!r}")
-        delete = delete.strip().lower() in ("1", "true", "yes")
     entry = Entry(
         name=raw["name"].strip(),
         source=raw["source"].strip(),
         dest=(str(raw["dest"]).strip() or None) if raw.get("dest") else None,
         every=parse_duration(str(every)) if every not in (None, "") else DEFAULT_EVERY,
         via=str(raw.get("via") or "auto").strip(),
-        delete=bool(delete),
+        delete=_flag(raw, "delete"),
         headers=headers,
+        follow=_flag(raw, "follow"),
     )
     entry.check()
     return entry
@@ -128,7 +136,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
 
 def read_entries(path: Path) -> Iterator[Entry]:
     """The entries of a TOML (`[[source]]` tables) or CSV (a header row naming the columns:
-    name, source, and optionally dest, every, via, delete, header) file. Bad input raises a
+    name, source, and optionally dest, every, via, delete, follow, header) file. Bad input raises a
     FleetError naming the file and line (CSV) or entry (TOML)."""
     try:
         if path.suffix.lower() == ".toml":

@@ -45,14 +45,22 @@ CREATE TABLE IF NOT EXISTS fleet_source (
   last_ok DOUBLE PRECISION,
   queued DOUBLE PRECISION,
   ticket BIGINT NOT NULL DEFAULT 0,
-  done_ticket BIGINT NOT NULL DEFAULT 0
+  done_ticket BIGINT NOT NULL DEFAULT 0,
+  follow INTEGER NOT NULL DEFAULT 0,
+  woken DOUBLE PRECISION
 );
 CREATE INDEX IF NOT EXISTS fleet_source_next_run ON fleet_source (next_run);
 """
 
+#: Columns added after the first schema, for stores created before them.
+ADDED = (
+    ("follow", "INTEGER NOT NULL DEFAULT 0"),
+    ("woken", "DOUBLE PRECISION"),
+)
+
 _COLUMNS = (
     "name, source, dest, every, via, apply_delete, headers, added, next_run, last_run, seconds, "
-    "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket"
+    "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket, follow, woken"
 )
 
 
@@ -88,6 +96,8 @@ class Row:
     queued: float | None = None
     ticket: int = 0
     done_ticket: int = 0
+    #: When a notification asked for a run (None: none pending).
+    woken: float | None = None
 
     @property
     def name(self) -> str:
@@ -103,6 +113,7 @@ def _row(r: Sequence[Any]) -> Row:
         via=r[4],
         delete=bool(r[5]),
         headers=json.loads(r[6]),
+        follow=bool(r[21]),
     )
     return Row(
         entry=entry,
@@ -120,6 +131,7 @@ def _row(r: Sequence[Any]) -> Row:
         queued=r[18],
         ticket=r[19],
         done_ticket=r[20],
+        woken=r[22],
     )
 
 
@@ -149,6 +161,11 @@ class FleetStore(Protocol):
 
     def enqueue(self, names: Sequence[str], now: float) -> dict[str, int]:
         """Mark `names` as handed to the queue; return the new ticket of each."""
+        ...
+
+    def wake(self, name: str, now: float) -> bool:
+        """A notification from the Source: make `name` due now, and due again after a run
+        that started before the notification (it may not have seen the change)."""
         ...
 
     def enqueue_failed(self, name: str, ticket: int) -> None:
@@ -192,6 +209,7 @@ class SQLStore:
                     e.via,
                     int(e.delete),
                     json.dumps(dict(e.headers)),
+                    int(e.follow),
                 )
                 exists = self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (e.name,))
                 if exists and not replace:
@@ -199,13 +217,13 @@ class SQLStore:
                 if exists:
                     self._execute(
                         "UPDATE fleet_source SET source = ?, dest = ?, every = ?, via = ?, "
-                        "apply_delete = ?, headers = ? WHERE name = ?",
+                        "apply_delete = ?, headers = ?, follow = ? WHERE name = ?",
                         (*values, e.name),
                     )
                 else:
                     self._execute(
                         "INSERT INTO fleet_source (name, source, dest, every, via, apply_delete,"
-                        " headers, added, next_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " headers, follow, added, next_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (e.name, *values, now, now),
                     )
                 n += 1
@@ -267,6 +285,16 @@ class SQLStore:
                 tickets.update((r[0], int(r[1])) for r in rows)
         return tickets
 
+    def wake(self, name: str, now: float) -> bool:
+        with self._transaction():
+            found = bool(self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (name,)))
+            self._execute(
+                "UPDATE fleet_source SET woken = ?, "
+                "next_run = CASE WHEN next_run > ? THEN ? ELSE next_run END WHERE name = ?",
+                (now, now, now, name),
+            )
+        return found
+
     def enqueue_failed(self, name: str, ticket: int) -> None:
         self._execute(
             "UPDATE fleet_source SET queued = NULL WHERE name = ? AND ticket = ?", (name, ticket)
@@ -278,7 +306,10 @@ class SQLStore:
                 "UPDATE fleet_source SET last_run = ?, seconds = ?, ok = ?, mode = ?, "
                 "failures = CASE WHEN ? = 1 THEN 0 ELSE failures + 1 END, error = ?, "
                 "counts = ?, cursor = COALESCE(?, cursor), "
-                "last_ok = CASE WHEN ? = 1 THEN ? ELSE last_ok END, next_run = ?, "
+                "last_ok = CASE WHEN ? = 1 THEN ? ELSE last_ok END, "
+                # A notification that came after this run started: run again at once.
+                "next_run = CASE WHEN woken > ? THEN woken ELSE ? END, "
+                "woken = CASE WHEN woken > ? THEN woken ELSE NULL END, "
                 "queued = CASE WHEN ticket <= ? THEN NULL ELSE queued END, "
                 "done_ticket = CASE WHEN done_ticket < ? THEN ? ELSE done_ticket END "
                 "WHERE name = ?",
@@ -293,7 +324,9 @@ class SQLStore:
                     outcome.cursor,
                     int(outcome.ok),
                     outcome.started,
+                    outcome.started,
                     next_run,
+                    outcome.started,
                     ticket,
                     ticket,
                     ticket,
@@ -315,6 +348,10 @@ class SQLiteStore(SQLStore):
         self.path = path
         self.db = sqlite_habits.connect(path, SCHEMA, error=FleetError)
         self.locks = path.parent / "locks"
+        have = {r[1] for r in self._execute("PRAGMA table_info(fleet_source)")}
+        for column, kind in ADDED:
+            if column not in have:
+                self._execute(f"ALTER TABLE fleet_source ADD COLUMN {column} {kind}")
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         try:

@@ -1,0 +1,72 @@
+"""`fleet add --follow`: a change notification from the Source's hub makes its Source due at
+once, long before its interval; a Source not followed waits for its interval."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.destination.helpers import cli, tree
+from tests.fleet.helpers import change, many_sources
+from tests.hub.conftest import fast_config, run_hub
+
+
+def _wait(predicate: Callable[[], bool], what: str, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.1)
+
+
+def _same(copy: Path, files: dict[str, bytes]) -> bool:
+    try:  # the copy is being written while we look
+        return tree(copy) == files
+    except FileNotFoundError:
+        return False
+
+
+def test_a_notification_makes_a_followed_source_due_at_once(tmp_path: Path) -> None:
+    root = tmp_path / "fleet"
+    with (
+        run_hub(fast_config(), tmp_path / "hub.sqlite") as hub,
+        many_sources(tmp_path, ["127.0.0.2", "127.0.0.3"], hub=hub) as (sites, _),
+    ):
+        followed, polled = sites
+        add = ("fleet", "add", "--every", "1h", "--delete", "--root", root)
+        assert cli(*add, followed.url, "--name", "followed", "--follow").exit_code == 0
+        assert cli(*add, polled.url, "--name", "polled").exit_code == 0
+        assert (
+            "followed\t" + followed.url + "\t3600\tauto\tdelete\tfollow"
+            in cli("fleet", "list", "--root", root).stdout
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "resourcesync", "fleet", "run", "--root", str(root)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines: list[str] = []
+
+        def read() -> None:
+            assert proc.stderr
+            lines.extend(iter(proc.stderr.readline, ""))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            _wait(lambda: any("subscribed" in line for line in lines), "the subscription")
+            _wait(lambda: sum(": ok (baseline)" in line for line in lines) == 2, "baselines")
+            change(sites, 1)  # republished: the hub notifies the followed Source's subscribers
+            _wait(lambda: _same(root / "followed", followed.files()), "the notified change")
+            assert any("notified: followed" in line for line in lines)
+            # The other Source is not due for an hour: its copy still has the old files.
+            assert tree(root / "polled") != polled.files()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            reader.join(timeout=10)
+        assert proc.returncode == 0, "".join(lines)
