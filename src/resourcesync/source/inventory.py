@@ -65,8 +65,10 @@ def guess_type(name: str) -> str:
 
 
 def file_fingerprint(st: os.stat_result) -> str:
-    """A file's fingerprint: what changes whenever its bytes may have changed."""
-    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+    """A file's fingerprint: what changes whenever its bytes may have changed. The change
+    time is in it because the modification time can be set back (`touch -d`, `utime`) over
+    other bytes of the same size; the change time cannot."""
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
 
 
 def path_to_uri(base_url: str, relpath: str) -> str:

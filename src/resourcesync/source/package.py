@@ -61,7 +61,7 @@ class PackageInfo:
     first: datetime | None = None
     last: datetime | None = None
     skipped: list[str] = field(default_factory=list)
-    #: Keys whose packaged bytes differ from their expected digests.
+    #: Keys whose packaged bytes differ from their expected digests (or were left out).
     changed: list[str] = field(default_factory=list)
 
 
@@ -126,6 +126,8 @@ class _Package:
         except OSError as exc:
             # Gone or unreadable since the scan: left out of this package, reported.
             self.skipped.append(f"{item.key}: {exc.strerror or exc}")
+            if item.expect is not None:
+                self.changed.append(item.key)
             return
         try:
             with src, self.zip.open(info, "w", force_zip64=item.length >= ZIP64_FROM) as dst:
@@ -136,6 +138,8 @@ class _Package:
             # A read that failed half way leaves a member the manifest does not list; readers
             # of a dump go by its manifest.
             self.skipped.append(f"{item.key}: {exc.strerror or exc}")
+            if item.expect is not None:
+                self.changed.append(item.key)
             return
         self.size += hasher.length
         digests = hasher.hexdigests()

@@ -472,18 +472,28 @@ class _SetPublisher:
         doc = self.doc(Capability.RESOURCELIST_ARCHIVE, links=[self.up])
         index, n = self.split("resourcelist-archive.xml", doc, iter(earlier))
         self.note("resourcelist-archive", "resourcelist-archive.xml", doc, n, index=index)
+        self._sweep("resourcelist", "resourcelists")
 
     def _prune(self, kind: str, keep: int) -> None:
+        """Forget the oldest documents of `kind` past `keep`; their files are removed by
+        `_sweep` once the archive that named them has been written again without them."""
         rows = self.state.archived(kind)
         for row in rows[: max(0, len(rows) - keep)]:
             self.state.forget(row.id)
-            self._remove(self.dir / row.path)
 
-    def _remove(self, path: Path) -> None:
-        """Remove an earlier document's folder (with its parts), or a package folder."""
-        folder = path if path.is_dir() else path.parent
-        if folder != self.dir and self.dir in folder.parents:
-            shutil.rmtree(folder, ignore_errors=True)
+    def _sweep(self, kind: str, folder: str) -> None:
+        """Remove the folders under `folder` that no document of `kind` in the state is in
+        (pruned ones, and those of a run killed before it recorded them)."""
+        root = self.path(folder)
+        if not root.is_dir():
+            return
+        keep = set()
+        for row in self.state.archived(kind):
+            p = self.dir / row.path
+            keep.add(p if p.suffix != ".xml" else p.parent)
+        for child in root.iterdir():
+            if child.is_dir() and child not in keep:
+                shutil.rmtree(child, ignore_errors=True)
 
     def _archive_document(self, kind: str, name: str, *, by: str) -> None:
         """Write the archive of `kind` (Archives §3–§6), in chronological order."""
@@ -705,6 +715,7 @@ class _SetPublisher:
         doc = self.doc(Capability.RESOURCEDUMP_ARCHIVE, links=[self.up])
         index, n = self.split("resourcedump-archive.xml", doc, iter(entries))
         self.note("resourcedump-archive", "resourcedump-archive.xml", doc, n, index=index)
+        self._sweep("resourcedump", "resourcedumps")
 
     def _opener(self, key: str) -> Callable[[], Any]:
         path = self.s.dir / key
@@ -875,19 +886,25 @@ class _SetPublisher:
             name = f"changedumps/changedump-{_stamp(live_from)}.xml"
             doc = self.doc(Capability.CHANGEDUMP, from_=live_from, until=end, links=[self.up])
             self.write(name, doc, [self._package_entry(p) for p in closing])
-            state.archive("changedump", name, self.link_url(name), from_=live_from, until=end)
-            state.put("cd_from", format_w3c(end))
+            with state.transaction():
+                state.archive("changedump", name, self.link_url(name), from_=live_from, until=end)
+                state.put("cd_from", format_w3c(end))
             live_from = end
             live = live[self.s.changedump_max_packages :]
+            closed_one = True
+        else:
+            closed_one = False
+        # The archive before the live Change Dump: a reader meanwhile may find a package in
+        # both (the same URL), never in neither.
+        self._archive_document("changedump", "changedump-archive.xml", by="from")
         doc = self.doc(
             Capability.CHANGEDUMP,
             from_=live_from,
             links=[self.up, Link(rel="archives", href=self.link_url("changedump-archive.xml"))],
         )
-        if self.redo or not self.path("changedump.xml").exists():
+        if self.redo or closed_one or top > done or not self.path("changedump.xml").exists():
             self.write("changedump.xml", doc, [self._package_entry(p) for p in live])
         self.note("changedump", "changedump.xml", doc, len(live))
-        self._archive_document("changedump", "changedump-archive.xml", by="from")
 
     def _changed_since_scan(self, keys: list[str]) -> None:
         """Files whose packaged bytes are not the ones the scan hashed: the next run reads
@@ -912,10 +929,8 @@ class _SetPublisher:
         )
 
     def _change_items(self, first: int, last: int) -> Iterator[PackageItem]:
-        for res, (key, _, change, _) in zip(
-            self.state.changes(first, last), self.state.change_keys(first, last), strict=True
-        ):
-            if change == "deleted":
+        for key, res in self.state.packaged_changes(first, last):
+            if res.change == "deleted":
                 yield PackageItem(key=key, entry=res, open=None)
             else:
                 yield PackageItem(

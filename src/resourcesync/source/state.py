@@ -120,6 +120,24 @@ def _same_file_state(a: os.stat_result, b: os.stat_result) -> bool:
     )
 
 
+def _change(
+    uri: str,
+    change: str,
+    when: str,
+    lastmod: str | None,
+    length: int | None,
+    kind: str | None,
+    hashes: str | None,
+) -> Resource:
+    res = Resource(loc=uri, change=change, datetime=parse_w3c(when))
+    if change != "deleted":
+        res.lastmod = _dt(lastmod)
+        res.length = length
+        res.type = kind
+        res.hashes = parse_hashes(hashes) if hashes else {}
+    return res
+
+
 def _dt(text: str | None) -> datetime | None:
     return parse_w3c(text) if text else None
 
@@ -504,7 +522,7 @@ class SetState:
             result.problems.append(f"{item.key}: changing while it was read; tried next run")
             return None
         fingerprint = file_fingerprint(after)
-        if time.time_ns() - after.st_mtime_ns < RACY_NS:
+        if time.time_ns() - max(after.st_mtime_ns, after.st_ctime_ns) < RACY_NS:
             fingerprint = "racy:" + fingerprint
         item.restat(fingerprint, after.st_size, after.st_mtime_ns)
         return hasher.length, hasher.hexdigests()
@@ -560,21 +578,23 @@ class SetState:
                 "WHERE seq BETWEEN ? AND ? ORDER BY seq",
                 (first_seq, last_seq),
             )
-        for uri, change, when, lastmod, length, kind, hashes in cur:
-            res = Resource(loc=uri, change=change, datetime=parse_w3c(when))
-            if change != "deleted":
-                res.lastmod = _dt(lastmod)
-                res.length = length
-                res.type = kind
-                res.hashes = parse_hashes(hashes) if hashes else {}
-            yield res
+        for row in cur:
+            yield _change(*row)
 
-    def change_keys(self, first_seq: int, last_seq: int) -> Iterator[tuple[str, str, str, str]]:
-        """(key, uri, change, datetime) of journal entries in a range (for Change Dumps)."""
-        yield from self.db.execute(
-            "SELECT key, uri, change, datetime FROM changes WHERE seq BETWEEN ? AND ? ORDER BY seq",
+    def packaged_changes(self, first_seq: int, last_seq: int) -> Iterator[tuple[str, Resource]]:
+        """(key, entry) of the journal entries in a range that a Change Dump package holds:
+        every deletion, and of a key's other changes the last (a package holds one bitstream
+        per key: the bytes there are now), in order."""
+        cur = self.db.execute(
+            "SELECT key, uri, change, datetime, lastmod, length, type, hashes FROM ("
+            " SELECT *, ROW_NUMBER() OVER ("
+            "  PARTITION BY key, change = 'deleted' ORDER BY seq DESC) AS latest"
+            " FROM changes WHERE seq BETWEEN ? AND ?"
+            ") WHERE change = 'deleted' OR latest = 1 ORDER BY seq",
             (first_seq, last_seq),
         )
+        for key, *row in cur:
+            yield key, _change(*row)
 
     def max_seq(self) -> int:
         return int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM changes").fetchone()[0])

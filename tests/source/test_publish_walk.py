@@ -1,0 +1,21 @@
+"""The property test of issue 16: a seeded random walk over a Source's life (see walk.py);
+a long run is `bench/bench_publish_walk.py`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.source.walk import walk
+
+STEPS = 200
+
+
+def test_a_random_life_keeps_the_published_history_whole(tmp_path: Path) -> None:
+    with walk(tmp_path, seed=16) as w:
+        for _ in range(STEPS):
+            op = w.step()
+            w.counts[op] += 1
+        w.settle()
+    # The walk did what it is for.
+    assert w.counts["killed"] >= 3 and w.counts["publish-while-changing"] >= 5, w.counts
+    assert w.counts["sync-converged"] >= 2 and w.counts["hub-refuses"] >= 2, w.counts
