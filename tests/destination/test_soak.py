@@ -11,16 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "soak_follow.py"
 
 
-@pytest.mark.skip(
-    reason="loses changes on main until issue 10.7 is fixed in destination/sync.py (a "
-    "remembered failed fetch is retried with its old length and digest even after a later "
-    "change to the same URI, and fails for ever); run bench/soak_follow.py to see it"
-)
 def test_a_follower_converges_through_random_outages(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     command = [sys.executable, str(SCRIPT), "--duration", "40", "--seed", "7", "--json", str(out)]

@@ -8,6 +8,7 @@ place that rule is kept).
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -29,6 +30,12 @@ from .state import Cursor
 __all__ = ["Plan", "Planner", "same"]
 
 _BATCH = 2000
+#: Documents one walk of an index may read (10,000 parts of 50,000 entries is legitimate).
+MAX_PARTS = 100_000
+#: How deep indexes may nest.
+MAX_DEPTH = 6
+#: Change Lists one incremental run follows, nested ones included.
+_MAX_LISTS = 100_000
 
 
 class Plan:
@@ -38,15 +45,21 @@ class Plan:
         self.db = db
         db.execute(
             "CREATE TEMP TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, uri TEXT UNIQUE, "
-            "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT)"
+            "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT, sig TEXT)"
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("DELETE FROM plan")
         db.execute("DELETE FROM seen")
         self.batch: list[tuple[Any, ...]] = []
 
-    def add(self, uri: str, action: str, res: Resource | None = None) -> None:
-        """Plan an action for a URI; a later one for the same URI replaces it (final state)."""
+    def add(
+        self, uri: str, action: str, res: Resource | None = None, *, sig: str | None = None
+    ) -> None:
+        """Plan an action for a URI; a later one for the same URI replaces it (final state).
+
+        Actions: `fetch`, `delete`, and `keep` (the final state is what we already hold: the
+        URI's remembered failure or pending deletion is superseded). `sig` marks an undated
+        change (see `undated_sig`)."""
         self.batch.append(
             (
                 uri,
@@ -55,10 +68,16 @@ class Plan:
                 json.dumps(res.hashes) if res and res.hashes else None,
                 format_w3c(res.lastmod) if res and res.lastmod else None,
                 format_w3c(res.change_time) if res and res.change_time else None,
+                sig,
             )
         )
         if len(self.batch) >= _BATCH:
             self.flush()
+
+    def keep(self, uri: str) -> None:
+        """What we hold is the final state of this URI: nothing to transfer."""
+        self.flush()
+        self.db.execute("UPDATE plan SET action = 'keep' WHERE uri = ?", (uri,))
 
     def drop(self, uri: str) -> None:
         self.flush()
@@ -70,8 +89,8 @@ class Plan:
             # their last occurrence.
             self.db.executemany("DELETE FROM plan WHERE uri = ?", [(b[0],) for b in self.batch])
             self.db.executemany(
-                "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime, "
+                "sig) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 self.batch,
             )
             self.batch.clear()
@@ -109,6 +128,19 @@ class Plan:
                 yield uri, res
 
 
+def undated_sig(res: Resource) -> str:
+    """What identifies an undated change entry, so that a run does not apply again what an
+    earlier run applied (a list without `rs:md@datetime` gives no time to keep a cursor by)."""
+    return json.dumps(
+        [
+            res.change,
+            format_w3c(res.lastmod) if res.lastmod else None,
+            res.length,
+            sorted(res.hashes.items()),
+        ]
+    )
+
+
 def same(known_hashes: dict[str, str], known_length: int | None, res: Resource) -> bool:
     """Whether what we hold is what the Source describes (by digest when both have one)."""
     common = [a for a in res.hashes if a in known_hashes]
@@ -134,7 +166,20 @@ class Planner:
             raise ReadError("the Source offers no Resource List", source=s.capabilitylist)
         at: datetime | None = None
         seen: list[str] = []
-        for visit in walk(url, mode=FOLLOW_INDEX, client=self.run.client):
+        skipped: list[str] = []
+
+        def skip(part: str, reason: str, referrer: str | None) -> None:
+            skipped.append(part)
+            report.problem(part, f"index part not read: {reason}")
+
+        for visit in walk(
+            url,
+            mode=FOLLOW_INDEX,
+            client=self.run.client,
+            max_documents=MAX_PARTS,
+            max_depth=MAX_DEPTH,
+            on_skip=skip,
+        ):
             doc = visit.reader.document
             if at is None:
                 at = doc.at or doc.completed
@@ -149,7 +194,15 @@ class Planner:
                     seen.clear()
                 self.fetch_unless_held(res, plan, report)
         plan.seen(seen)
-        self.extras(key, plan)
+        if skipped:
+            # What the unread parts list is unknown: deleting "unlisted" resources could
+            # delete what the Source still lists (issue 17.11, 17.12).
+            report.incomplete = (
+                f"the Resource List could not be read whole ({len(skipped)} index "
+                "part(s) not read): nothing was deleted"
+            )
+        else:
+            self.extras(key, plan)
         return at
 
     def fetch_unless_held(self, res: Resource, plan: Plan, report: SetReport) -> None:
@@ -212,26 +265,55 @@ class Planner:
         lists = self._lists_covering(url, s, cursor, report)
         if lists is None:
             return cursor
+        return self.changes(self._entries(lists, report), plan, report, cursor)
+
+    def _entries(self, lists: list[str], report: SetReport) -> Iterator[Resource]:
+        """The entries of the Change Lists in order. An entry that is itself a document (it
+        carries `capability`: WEKO3 lists its daily Change Lists so) is followed as one, never
+        fetched as content (issue 10.4)."""
         client = self.run.client
-
-        def entries() -> Iterator[Resource]:
-            for list_url in lists:
-                with open_document(list_url, client=client) as reader:
-                    reader.document  # noqa: B018
-                    yield from reader
-
-        return self.changes(entries(), plan, report, cursor)
+        todo = list(lists)
+        done: set[str] = set()
+        while todo:
+            list_url = todo.pop(0)
+            if list_url in done:
+                continue
+            done.add(list_url)
+            nested: list[str] = []
+            with open_document(list_url, client=client) as reader:
+                reader.document  # noqa: B018
+                for res in reader:
+                    if res.capability is not None:
+                        if res.capability == "changelist":
+                            nested.append(res.loc)
+                        else:
+                            report.problem(
+                                res.loc,
+                                f"a {res.capability} document listed in the Change List "
+                                f"{list_url}: not a change, not fetched",
+                            )
+                        continue
+                    yield res
+            if len(done) + len(nested) > _MAX_LISTS:
+                raise ReadError(f"more than {_MAX_LISTS} Change Lists to follow", source=list_url)
+            todo[:0] = nested
 
     def changes(
         self, entries: Iterable[Resource], plan: Plan, report: SetReport, cursor: Cursor
     ) -> Cursor:
         """Plan the changes after the cursor (each URI once, its final state); returns the
-        cursor the plan brings the copy to."""
+        cursor the plan brings the copy to: the latest change time planned (issue 10.6).
+
+        Only `rs:md@datetime` places a change in time: `<lastmod>` alone is the resource's
+        Last-Modified (core 1.1 §7), so an entry without `datetime` is never skipped for its
+        age (issue 10.3). Such undated entries are applied in the order listed, and one that
+        an earlier run applied (same URI, change, lastmod, length and digests) is not applied
+        again (issue 10.6)."""
         last = cursor
         passed_cursor = cursor.uri == ""
         mirror = self.run.mirror
         for res in entries:
-            t = res.change_time
+            t = res.datetime
             if t is not None:
                 if t < cursor.datetime:
                     continue
@@ -239,23 +321,44 @@ class Planner:
                     if res.loc == cursor.uri:
                         passed_cursor = True
                     continue
-            report.changes += 1
+            if res.change is None:
+                report.refused += 1
+                report.problem(
+                    res.loc, "a Change List entry with neither change nor capability: not fetched"
+                )
+                continue
             try:
                 mirror.path_for(res.loc)
             except UnsafePath as exc:
                 report.refused += 1
                 report.problem(res.loc, f"refused: {exc.message}")
                 continue
-            plan.add(res.loc, "delete" if res.change == "deleted" else "fetch", res)
+            action = "delete" if res.change == "deleted" else "fetch"
+            plan.add(res.loc, action, res, sig=None if t is not None else undated_sig(res))
             if t is not None:
-                last = Cursor(t, res.loc)
+                report.changes += 1
+                if t >= last.datetime:
+                    last = Cursor(t, res.loc)
+        state = self.run.state
+        # Undated changes already applied by an earlier run are not changes now.
+        plan.flush()
+        undated = plan.db.execute("SELECT uri, sig FROM plan WHERE sig IS NOT NULL").fetchall()
+        for uri, sig in undated:
+            if (
+                state.undated_sig(uri) == sig
+                and state.db.execute("SELECT 1 FROM failed WHERE uri = ?", (uri,)).fetchone()
+                is None
+            ):
+                plan.drop(uri)
+            else:
+                report.changes += 1
         # A fetch planned for something we already hold as described is not needed.
         for uri, res in plan.rows("fetch"):
-            known = self.run.state.known(uri)
+            known = state.known(uri)
             if known is not None and same(known.hashes, known.length, res):
                 try:
                     if mirror.path_for(uri).is_file():
-                        plan.drop(uri)
+                        plan.keep(uri)
                         report.unchanged += 1
                 except UnsafePath:
                     pass
@@ -297,4 +400,14 @@ class Planner:
             (f, u, loc) for loc, (f, u) in candidates.items() if u is None or u >= cursor.datetime
         ]
         chosen.sort(key=lambda x: (x[0] is None, x[0] or cursor.datetime))
+        # Consecutive lists must meet: a list ending before the next one starts leaves changes
+        # unlisted (core §12.2: the lists of an index are contiguous) — a gap (issue 10.2).
+        for (_, until, loc), (start, _, next_loc) in itertools.pairwise(chosen):
+            if until is not None and start is not None and until < start:
+                report.gap = (
+                    f"the Change List {loc} ends at {format_w3c(until)} but the next one, "
+                    f"{next_loc}, starts at {format_w3c(start)}: the changes between are not "
+                    "listed (run with --baseline)"
+                )
+                return None
         return [loc for _, _, loc in chosen]

@@ -35,6 +35,8 @@ class SetReport:
     bytes: int = 0
     changes: int = 0
     gap: str | None = None
+    #: Why the Source's documents could not be read whole (nothing was deleted then).
+    incomplete: str | None = None
     cursor: str | None = None
     problems: list[Problem] = field(default_factory=list)
 
@@ -54,7 +56,10 @@ class SyncReport:
 
     @property
     def ok(self) -> bool:
-        return all(s.failed == 0 and s.refused == 0 and s.gap is None for s in self.sets)
+        return all(
+            s.failed == 0 and s.refused == 0 and s.gap is None and s.incomplete is None
+            for s in self.sets
+        )
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -48,6 +48,11 @@ CREATE TABLE IF NOT EXISTS pending_deletes (
     datetime TEXT,
     set_key TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS undated (
+    uri TEXT PRIMARY KEY,
+    sig TEXT NOT NULL,
+    set_key TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS failed (
     uri TEXT PRIMARY KEY,
     expected TEXT NOT NULL,
@@ -136,6 +141,7 @@ class DestinationState:
             ),
         )
         self.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
+        self.db.execute("DELETE FROM pending_deletes WHERE uri = ?", (uri,))
 
     def record_many(self, rows: list[tuple[Any, ...]]) -> None:
         """Several `record` calls in one transaction (rows as `record`'s arguments)."""
@@ -217,6 +223,20 @@ class DestinationState:
     def reset(self, set_key: str) -> None:
         """Before a forced baseline: forget the cursor (resources stay, to be compared)."""
         self.db.execute("DELETE FROM cursors WHERE set_key = ?", (set_key,))
+
+    def clear_outstanding(self, set_key: str) -> None:
+        """Before a baseline: forget remembered failures and pending deletions, which the
+        baseline derives again from the Source's current state (the final state wins)."""
+        with self.transaction():
+            self.db.execute("DELETE FROM failed WHERE set_key = ?", (set_key,))
+            self.db.execute("DELETE FROM pending_deletes WHERE set_key = ?", (set_key,))
+
+    # -- undated changes --------------------------------------------------------------------
+
+    def undated_sig(self, uri: str) -> str | None:
+        """The signature of the last undated change applied for this URI (see `plan.py`)."""
+        row = self.db.execute("SELECT sig FROM undated WHERE uri = ?", (uri,)).fetchone()
+        return row[0] if row else None
 
     # -- pending deletions and failures -----------------------------------------------------
 

@@ -96,10 +96,15 @@ class _Syncer:
         plan = Plan(state.db)
         if cursor is None:
             report.mode = "baseline"
+            if not self.options.dry_run:
+                # The baseline derives failures and pending deletions again from the Source's
+                # current state: what a remembered one expected may be out of date.
+                state.clear_outstanding(key)
             at = self._plan_baseline(s, key, plan, report)
             new_cursor = Cursor(at) if at is not None else None
         else:
             report.mode = "incremental"
+            self._seed(plan, key)
             new_cursor = self.planner.incremental(s, key, plan, report, cursor)
             if report.gap is not None:
                 return report
@@ -128,22 +133,13 @@ class _Syncer:
         """Fetch and delete as planned (and retry earlier failures, apply pending deletions
         when asked), then move the cursor."""
         state = self.state
-        for uri, expected, _ in state.failures(key):
-            plan.add(
-                uri,
-                "fetch",
-                Resource(
-                    loc=uri, length=expected.get("length"), hashes=expected.get("hashes") or {}
-                ),
-            )
-        if self.options.delete:
-            for uri in state.pending_deletes(key):
-                plan.add(uri, "delete")
         report.planned = plan.count("fetch")
         transfer = Transfer(self.run)
         if report.via != "dumps" or report.planned:
             asyncio.run(transfer.fetch_all(plan, key, report))
         transfer.delete_all(plan, key, report)
+        transfer.keep_all(plan)
+        transfer.remember_undated(key)
         report.pending_deletes = len(state.pending_deletes(key))
         if new_cursor is not None and not self.options.dry_run:
             state.set_cursor(
@@ -154,6 +150,21 @@ class _Syncer:
         if new_cursor is not None:
             report.cursor = format_w3c(new_cursor.datetime)
 
+    def _seed(self, plan: Plan, key: str) -> None:
+        """Start an incremental plan with what earlier runs left to do — failed fetches and
+        pending deletions — so that any later change to the same URI, planned after, replaces
+        it: the final state per URI wins over a remembered failure (issue 10.7)."""
+        for uri, expected, _ in self.state.failures(key):
+            plan.add(
+                uri,
+                "fetch",
+                Resource(
+                    loc=uri, length=expected.get("length"), hashes=expected.get("hashes") or {}
+                ),
+            )
+        for uri in self.state.pending_deletes(key):
+            plan.add(uri, "delete")
+
     def apply_changes(self, s: SetInfo, entries: Iterable[Resource]) -> SetReport:
         """Apply a batch of changes (a change notification's entries) with the same engine and
         guarantees as an incremental run: after the cursor only, in order, each URI once."""
@@ -163,6 +174,7 @@ class _Syncer:
         if cursor is None:
             raise ResourceSyncError("no baseline yet for this set", source=s.capabilitylist)
         plan = Plan(self.state.db)
+        self._seed(plan, key)
         new_cursor = self.planner.changes(entries, plan, report, cursor)
         self._carry_out(plan, key, report, new_cursor)
         return report

@@ -6,6 +6,7 @@ a verified resource as soon as its batch is written, a failure to be retried by 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -172,7 +173,11 @@ class Transfer:
         self.run.state.record_many(records)
 
     def delete_all(self, plan: Plan, key: str, report: SetReport) -> None:
-        """Apply the planned deletions (with --delete), else keep them as pending."""
+        """Apply the planned deletions (with --delete), else keep them as pending.
+
+        Only a file this sync wrote, still as it wrote it, is deleted: a deletion for a URI
+        this copy never held, or whose file was changed since, leaves the file in place and
+        is reported (issue 17.10)."""
         opts, mirror, state = self.run.options, self.run.mirror, self.run.state
         for uri, res in plan.rows("delete"):
             if not opts.delete:
@@ -180,10 +185,21 @@ class Transfer:
                     state.pend_delete(uri, res.change_time, key)
                 continue
             try:
+                why_not = self._not_ours(uri)
+                if why_not is not None:
+                    report.refused += 1
+                    report.problem(uri, why_not)
+                    if not opts.dry_run:
+                        state.forget(uri)
+                    continue
                 removed = mirror.delete(uri)
             except UnsafePath as exc:
                 report.refused += 1
                 report.problem(uri, f"refused: {exc.message}")
+                continue
+            except ResourceSyncError as exc:
+                report.failed += 1
+                report.problem(uri, exc.message)
                 continue
             except OSError as exc:
                 report.failed += 1
@@ -193,3 +209,40 @@ class Transfer:
                 report.deleted += 1
             if not opts.dry_run:
                 state.forget(uri)
+
+    def _not_ours(self, uri: str) -> str | None:
+        """Why the file at `uri`'s path must not be deleted, or None when it may be."""
+        mirror, state = self.run.mirror, self.run.state
+        path = mirror.path_for(uri)
+        if not os.path.lexists(path):
+            return None
+        known = state.known(uri)
+        if known is None:
+            return f"not deleted: this copy never held {uri}; the file {path} is kept"
+        if not self._verified_copy(uri, path, known.length, known.hashes):
+            return f"not deleted: {path} was changed since this sync wrote it; kept"
+        return None
+
+    def keep_all(self, plan: Plan) -> None:
+        """URIs whose final state we hold: their remembered failure or pending deletion is
+        superseded."""
+        if self.run.options.dry_run:
+            return
+        db = self.run.state.db
+        with self.run.state.transaction():
+            db.execute("DELETE FROM failed WHERE uri IN (SELECT uri FROM plan WHERE action='keep')")
+            db.execute(
+                "DELETE FROM pending_deletes WHERE uri IN "
+                "(SELECT uri FROM plan WHERE action = 'keep')"
+            )
+
+    def remember_undated(self, key: str) -> None:
+        """Undated changes applied (not failed) are remembered, not applied again."""
+        if self.run.options.dry_run:
+            return
+        with self.run.state.transaction():
+            self.run.state.db.execute(
+                "INSERT OR REPLACE INTO undated (uri, sig, set_key) SELECT uri, sig, ? "
+                "FROM plan WHERE sig IS NOT NULL AND uri NOT IN (SELECT uri FROM failed)",
+                (key,),
+            )

@@ -1,0 +1,319 @@
+"""A Destination never reports ok over a wrong copy (issue 10 points 2–4, 6, 7; issue 17
+points 10–12): hand-made Sources shaped like the deployments and spec examples that broke it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from starlette.responses import PlainTextResponse
+
+from tests.destination.helpers import (
+    cli,
+    cli_json,
+    entry,
+    hand_source,
+    set_report,
+    tree,
+    urlset,
+)
+
+AT = "2024-01-01T00:00:00Z"
+
+
+def _index(capability: str, parts: list[dict[str, Any]], **md: str) -> bytes:
+    """A sitemapindex of `parts` (dicts of loc, from, until, at)."""
+    text = urlset(capability, parts, **md).decode()
+    text = text.replace("<urlset ", "<sitemapindex ").replace("</urlset>", "</sitemapindex>")
+    return text.replace("<url>", "<sitemap>").replace("</url>", "</sitemap>").encode()
+
+
+def _summary(code_summary: tuple[int, dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    code, summary = code_summary
+    return code, set_report(summary, "")
+
+
+def _set(summary: dict[str, Any]) -> dict[str, Any]:
+    return summary["sets"][0]  # type: ignore[no-any-return]
+
+
+def test_a_gap_inside_a_change_list_index_is_reported(tmp_path: Path) -> None:
+    """Core §12.2: one list's `until` earlier than the next list's `from` leaves changes
+    listed nowhere — a gap, exit 1, nothing applied (issue 10.2)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/b.txt"] = b"b"
+        src.files["/c.txt"] = b"c"
+        src.docs["/changelist.xml"] = _index(
+            "changelist",
+            [
+                {"loc": f"{b}/cl1.xml", "from": AT, "until": "2024-01-02T00:00:00Z"},
+                {"loc": f"{b}/cl2.xml", "from": "2024-01-05T00:00:00Z"},
+            ],
+            **{"from": AT},
+        )
+        src.docs["/cl1.xml"] = urlset(
+            "changelist",
+            [entry(b, "/b.txt", b"b", change="created", datetime="2024-01-01T12:00:00Z")],
+            **{"from": AT, "until": "2024-01-02T00:00:00Z"},
+        )
+        src.docs["/cl2.xml"] = urlset(
+            "changelist",
+            [entry(b, "/c.txt", b"c", change="created", datetime="2024-01-05T12:00:00Z")],
+            **{"from": "2024-01-05T00:00:00Z"},
+        )
+        code, summary = cli_json("sync", b, dest)
+        assert code == 1, summary
+        assert "cl1.xml" in _set(summary)["gap"] and "cl2.xml" in _set(summary)["gap"]
+        assert tree(dest) == {"a.txt": b"a"}
+
+
+def test_lastmod_without_datetime_is_not_the_time_of_the_change(tmp_path: Path) -> None:
+    """Core 1.1 §7 (its Example 19 gives a `created` entry a 2000-01-01 lastmod): without
+    `rs:md@datetime`, `<lastmod>` is the resource's Last-Modified. Such a change is applied
+    however old its lastmod — and not applied again by the next run (issue 10.3, 10.6)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/old.txt"] = b"made long ago, published now"
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                entry(
+                    b,
+                    "/old.txt",
+                    b"made long ago, published now",
+                    change="created",
+                    lastmod="2000-01-01T00:00:00Z",
+                )
+            ],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0, summary
+        assert tree(dest)["old.txt"] == b"made long ago, published now"
+        assert _set(summary)["changes"] == 1
+        before = src.hits.get("/old.txt", 0)
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and _set(summary)["changes"] == 0, summary
+        assert src.hits.get("/old.txt", 0) == before
+
+
+def test_a_change_list_of_change_lists_is_followed_not_downloaded(tmp_path: Path) -> None:
+    """WEKO3 publishes a "change list" whose entries are its daily Change Lists (they carry
+    `capability`): they are followed as documents, never stored as content; an entry with
+    neither `change` nor `capability` is reported and never fetched (issue 10.4)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/records/1"] = b"record one"
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [{"loc": f"{b}/daily/20240102.xml", "capability": "changelist"}],
+            **{"from": AT},
+        )
+        src.docs["/daily/20240102.xml"] = urlset(
+            "changelist",
+            [
+                entry(
+                    b,
+                    "/records/1",
+                    b"record one",
+                    change="created",
+                    datetime="2024-01-02T01:00:00Z",
+                )
+            ],
+            **{"from": "2024-01-02T00:00:00Z", "until": "2024-01-03T00:00:00Z"},
+        )
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0, summary
+        assert tree(dest) == {"a.txt": b"a", "records/1": b"record one"}
+        # An entry that is neither a change nor a document: reported, exit 1, not fetched.
+        src.files["/mystery"] = b"?"
+        src.docs["/daily/20240102.xml"] = urlset(
+            "changelist",
+            [{"loc": f"{b}/mystery", "datetime": "2024-01-02T02:00:00Z"}],
+            **{"from": "2024-01-02T00:00:00Z"},
+        )
+        code, summary = cli_json("sync", b, dest)
+        assert code == 1, summary
+        assert any(
+            "neither change nor capability" in p["message"] for p in _set(summary)["problems"]
+        )
+        assert "/mystery" not in src.hits and "mystery" not in tree(dest)
+
+
+def test_the_cursor_is_the_latest_change_applied_not_the_last_listed(tmp_path: Path) -> None:
+    """A Change List out of order: the next run must not report the same changes again
+    (issue 10.6)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/x.txt"] = b"x"
+        src.files["/y.txt"] = b"y"
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                entry(b, "/x.txt", b"x", change="created", datetime="2024-01-03T00:00:00Z"),
+                entry(b, "/y.txt", b"y", change="created", datetime="2024-01-02T00:00:00Z"),
+            ],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest)
+        assert (code, _set(summary)["changes"]) == (0, 2), summary
+        assert _set(summary)["cursor"] == "2024-01-03T00:00:00Z"
+        code, summary = cli_json("sync", b, dest)
+        assert (code, _set(summary)["changes"], _set(summary)["fetched"]) == (0, 0, 0), summary
+
+
+def test_a_later_change_supersedes_a_remembered_failure(tmp_path: Path) -> None:
+    """A fetch that failed is retried by the next run — unless a later change superseded it:
+    a deletion, or an update with a new length and digest (issue 10.7, seen against
+    resync-simulator)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+
+        async def broken(request: Any) -> Any:
+            return PlainTextResponse("down", status_code=500)
+
+        src.handlers["/gone.txt"] = broken
+        src.handlers["/moved.txt"] = broken
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                entry(b, "/gone.txt", b"v1", change="created", datetime="2024-01-02T00:00:00Z"),
+                entry(b, "/moved.txt", b"v1", change="created", datetime="2024-01-02T00:00:01Z"),
+            ],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 1 and _set(summary)["failed"] == 2, summary
+        tries = src.hits["/gone.txt"]
+        # The Source recovers; gone.txt was deleted meanwhile, moved.txt updated.
+        del src.handlers["/gone.txt"], src.handlers["/moved.txt"]
+        src.files["/moved.txt"] = b"version two"
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                entry(b, "/gone.txt", b"v1", change="created", datetime="2024-01-02T00:00:00Z"),
+                entry(b, "/moved.txt", b"v1", change="created", datetime="2024-01-02T00:00:01Z"),
+                {"loc": f"{b}/gone.txt", "change": "deleted", "datetime": "2024-01-03T00:00:00Z"},
+                entry(
+                    b,
+                    "/moved.txt",
+                    b"version two",
+                    change="updated",
+                    datetime="2024-01-03T00:00:01Z",
+                ),
+            ],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0, summary
+        assert tree(dest) == {"a.txt": b"a", "moved.txt": b"version two"}
+        assert src.hits["/gone.txt"] == tries  # not asked again: it is gone
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0 and _set(summary)["failed"] == 0, summary
+
+
+def test_a_pending_deletion_superseded_by_a_re_creation_is_not_applied(tmp_path: Path) -> None:
+    """Deleted (kept pending: no --delete), then created again: a later run with --delete must
+    keep the live resource."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [{"loc": f"{b}/a.txt", "change": "deleted", "datetime": "2024-01-02T00:00:00Z"}],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest)
+        assert (code, _set(summary)["pending_deletes"]) == (0, 1), summary
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                {"loc": f"{b}/a.txt", "change": "deleted", "datetime": "2024-01-02T00:00:00Z"},
+                entry(b, "/a.txt", b"a", change="created", datetime="2024-01-03T00:00:00Z"),
+            ],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0, summary
+        assert (_set(summary)["deleted"], _set(summary)["pending_deletes"]) == (0, 0)
+        assert tree(dest) == {"a.txt": b"a"}
+
+
+def test_a_deletion_never_removes_a_file_this_sync_did_not_write(tmp_path: Path) -> None:
+    """A deletion listed for a URI this copy never held, whose path is the user's own file,
+    or for a file changed locally since it was written: the file is kept and the refusal
+    reported (issue 17.10)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.files["/b.txt"] = b"b"
+        src.publish([entry(b, "/a.txt", b"a"), entry(b, "/b.txt", b"b")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        (dest / "notes.txt").write_bytes(b"the user's own notes")
+        (dest / "b.txt").write_bytes(b"edited by hand")
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                {"loc": f"{b}/notes.txt", "change": "deleted", "datetime": "2024-01-02T00:00:00Z"},
+                {"loc": f"{b}/b.txt", "change": "deleted", "datetime": "2024-01-02T00:00:01Z"},
+                {"loc": f"{b}/a.txt", "change": "deleted", "datetime": "2024-01-02T00:00:02Z"},
+            ],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 1, summary
+        assert tree(dest) == {"notes.txt": b"the user's own notes", "b.txt": b"edited by hand"}
+        messages = " ".join(p["message"] for p in _set(summary)["problems"])
+        assert "never held" in messages and "changed since" in messages
+        assert _set(summary)["deleted"] == 1
+
+
+def test_a_baseline_that_cannot_read_the_whole_list_deletes_nothing(tmp_path: Path) -> None:
+    """`--baseline --delete` when a part of the Resource List Index is not read (nested past
+    the walk's depth): nothing is deleted and the run exits 1 (issue 17.11, 17.12)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.files["/deep.txt"] = b"deep"
+        src.publish([entry(b, "/a.txt", b"a"), entry(b, "/deep.txt", b"deep")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        # The Resource List becomes an index whose second part lies 8 levels down.
+        src.docs["/resourcelist.xml"] = _index(
+            "resourcelist",
+            [{"loc": f"{b}/part-a.xml"}, {"loc": f"{b}/nest-0.xml"}],
+            at=AT,
+        )
+        src.docs["/part-a.xml"] = urlset("resourcelist", [entry(b, "/a.txt", b"a")], at=AT)
+        for i in range(8):
+            src.docs[f"/nest-{i}.xml"] = _index("resourcelist", [{"loc": f"{b}/nest-{i + 1}.xml"}])
+        src.docs["/nest-8.xml"] = urlset("resourcelist", [entry(b, "/deep.txt", b"deep")], at=AT)
+        code, summary = cli_json("sync", b, dest, "--baseline", "--delete")
+        assert code == 1, summary
+        assert "nothing was deleted" in _set(summary)["incomplete"]
+        assert tree(dest) == {"a.txt": b"a", "deep.txt": b"deep"}
