@@ -7,15 +7,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import pytest
+from click.testing import CliRunner
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from resourcesync.cli import main
 from resourcesync.sitemap import read_document, validate
 from resourcesync.source.config import PublishConfig, SetConfig
 from resourcesync.source.publish import publish
 from resourcesync.source.server import create_app
+from tests.hub.conftest import fast_config, run_hub
 from tests.servers import serve
 
 BASE = "http://example.org/data/"
@@ -121,3 +125,44 @@ def test_the_topic_uri_answers_with_the_latest_notification(tmp_path: Path) -> N
     assert 'rel="self"' in response.headers["link"] and f"<{hub_base}/hub>" in head.headers["link"]
     doc, (entry,) = read_document(response.content)
     assert doc.capability == "change-notification" and entry.change == "updated"
+
+
+def test_publish_authenticates_to_a_hub_started_with_a_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11.3: `--hub-token` (or RESOURCESYNC_HUB_TOKEN) is sent as a Bearer token; the
+    token is never published."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    secret = "s3cret-token-for-the-hub"
+    monkeypatch.delenv("RESOURCESYNC_HUB_TOKEN", raising=False)
+    with run_hub(fast_config(token=secret), tmp_path / "hub.sqlite") as hub_url:
+        args = [
+            "publish",
+            str(data),
+            "--base-url",
+            BASE,
+            "--out",
+            str(tmp_path / "out"),
+            "--hub",
+            hub_url,
+        ]
+        runner = CliRunner()
+        assert runner.invoke(main, args).exit_code == 0  # the baseline announces nothing
+        (data / "b.txt").write_text("b")
+        refused = runner.invoke(main, args)
+        assert refused.exit_code == 0
+        assert "HTTP 401" in refused.stderr and "--hub-token" in refused.stderr
+        (data / "c.txt").write_text("c")
+        sent = runner.invoke(main, [*args, "--hub-token", secret])
+        assert sent.exit_code == 0 and "not accepted" not in sent.stderr, sent.stderr
+        (data / "d.txt").write_text("d")
+        from_env = runner.invoke(main, args, env={"RESOURCESYNC_HUB_TOKEN": secret})
+        assert from_env.exit_code == 0 and "not accepted" not in from_env.stderr
+        (data / "e.txt").write_text("e")
+        wrong = runner.invoke(main, args, env={"RESOURCESYNC_HUB_TOKEN": "wrong"})
+        assert "HTTP 401" in wrong.stderr and "refused the token" in wrong.stderr
+    for p in (tmp_path / "out").rglob("*"):
+        if p.is_file():
+            assert secret.encode() not in p.read_bytes(), p

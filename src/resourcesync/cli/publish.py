@@ -63,6 +63,13 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--hidden", is_flag=True, help="Publish hidden files (.name) too."),
         click.option("--hub", help="WebSub hub to send change notifications to."),
         click.option(
+            "--hub-token",
+            envvar="RESOURCESYNC_HUB_TOKEN",
+            show_envvar=True,
+            help="Send Authorization: Bearer TOKEN to the hub (a hub started with --token); "
+            "better given in the environment than on the command line.",
+        ),
+        click.option(
             "--max-entries",
             type=click.IntRange(min=1),
             default=50_000,
@@ -126,6 +133,9 @@ def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
             config = load_config(o["config_file"])
             if o.get("out"):
                 config.out = o["out"]
+            if o.get("hub_token"):
+                for s in config.sets:
+                    s.hub_token = s.hub_token or o["hub_token"]
             return config
         if directory is None or not o.get("base_url") or not o.get("out"):
             raise click.UsageError("give DIR, --base-url and --out (or --config FILE)")
@@ -142,6 +152,7 @@ def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
             describedby=o.get("describedby"),
             hidden=bool(o.get("hidden")),
             hub=o.get("hub"),
+            hub_token=o.get("hub_token") or None,
             max_entries=o.get("max_entries") or 50_000,
             max_bytes=parse_size(o.get("max_size") or "50M"),
             changelist_max_entries=o.get("changelist_max_entries") or 10_000,

@@ -124,6 +124,9 @@ class SetConfig:
     changedump_max_packages: int = 100
     #: A WebSub hub to send change notifications to (Change Notification 1.0.1).
     hub: str | None = None
+    #: Sent to the hub as `Authorization: Bearer <token>` (a hub started with --token); never
+    #: published.
+    hub_token: str | None = field(default=None, repr=False)
     #: Changes per notification payload (larger batches are split in consecutive payloads).
     notification_max_entries: int = 1000
 

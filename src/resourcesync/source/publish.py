@@ -791,6 +791,8 @@ class _SetPublisher:
             "Content-Type": "application/xml",
             "Link": f'<{topic}>; rel="self", <{self.s.hub}>; rel="hub"',
         }
+        if self.s.hub_token:
+            headers["Authorization"] = f"Bearer {self.s.hub_token}"
         options = HttpOptions(timeout=10, retry=RetryPolicy(retries=3, backoff=0.2))
         # Through the one client factory; the retries here also cover a refusal by a hub that
         # is restarting (5xx, 429).
@@ -808,6 +810,12 @@ class _SetPublisher:
                     if 200 <= response.status_code < 300:
                         return
                     reason = f"HTTP {response.status_code} {response.text[:200]}".strip()
+                    if response.status_code == 401:
+                        reason += (
+                            " (the hub wants a token: --hub-token or RESOURCESYNC_HUB_TOKEN)"
+                            if not self.s.hub_token
+                            else " (the hub refused the token)"
+                        )
                     if response.status_code < 500 and response.status_code != 429:
                         raise ResourceSyncError(reason, source=self.s.hub)
                     if attempt > options.retry.retries:
