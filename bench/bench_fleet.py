@@ -42,7 +42,21 @@ def serve(work: Path, sources: int, resources: int) -> None:
     with many_sources(work, hosts, files=files) as (sites, _):
         (work / "sources.csv").write_text(csv_of(sites))
         print("ready", flush=True)
-        sys.stdin.read()
+        for line in sys.stdin:  # "change N": every Source changes one, adds one, deletes one
+            n = int(line.split()[1])
+            for site in sites:
+                (site.data / "r" / "0000.txt").write_bytes(f"changed {n}".encode())
+                (site.data / "r" / f"new-{n}.txt").write_bytes(f"new {n}".encode())
+                (site.data / "r" / f"new-{n - 1}.txt").unlink(missing_ok=True)
+                site.publish()
+            print("changed", flush=True)
+
+
+def same(work: Path, root: Path, sources: int) -> bool:
+    """Every copy equals its Source's files, byte for byte."""
+    from tests.destination.helpers import tree
+
+    return all(tree(root / f"s{i:03d}") == tree(work / f"src{i}" / "data") for i in range(sources))
 
 
 def fleet(*args: str | Path) -> list[str]:
@@ -180,6 +194,31 @@ def main() -> None:
             assert (got, ok) == (total, a.sources), (got, ok)
             results.append(row("embedded (8 jobs)", s, ok, got))
             print(json.dumps(results[-1]), flush=True)
+            rounds = 0
+
+            def changed_round(root: Path, extra: list[str]) -> float:
+                nonlocal rounds
+                rounds += 1
+                assert server.stdin and server.stdout
+                server.stdin.write(f"change {rounds}\n")
+                server.stdin.flush()
+                assert server.stdout.readline().strip() == "changed"
+                seconds = timed(fleet("run", "--once", "--all", "--root", root, *extra))
+                if not same(work, root, a.sources):
+                    raise SystemExit(f"a copy differs from its Source after change {rounds}")
+                return seconds
+
+            s = changed_round(root, ["--jobs", "8"])
+            print(
+                json.dumps(
+                    {
+                        "mode": "embedded, a change of every Source",
+                        "seconds": round(s, 2),
+                        "every_copy_equals_its_source": True,
+                    }
+                ),
+                flush=True,
+            )
             pg: Postgres | None = None
             redis: Redis | None = None
             try:
@@ -215,11 +254,24 @@ def main() -> None:
                             db,
                         )
                     )
-                got, ok = fetched(root, db)
-                assert (got, ok) == (total, a.sources), (got, ok)
-                name = f"{n} worker{'s' if n > 1 else ''} × {a.concurrency} processes"
-                results.append(row(name, s, ok, got))
-                print(json.dumps(results[-1]), flush=True)
+                    got, ok = fetched(root, db)
+                    # After the first change every Source has one resource more (new-N).
+                    expected = a.sources * (a.resources + (1 if rounds else 0))
+                    assert (got, ok) == (expected, a.sources), (got, ok)
+                    name = f"{n} worker{'s' if n > 1 else ''} × {a.concurrency} processes"
+                    results.append(row(name, s, ok, got))
+                    print(json.dumps(results[-1]), flush=True)
+                    s = changed_round(root, ["--broker", redis.url, "--db", db])
+                    print(
+                        json.dumps(
+                            {
+                                "mode": f"{name}, a change of every Source",
+                                "seconds": round(s, 2),
+                                "every_copy_equals_its_source": True,
+                            }
+                        ),
+                        flush=True,
+                    )
             cost = scheduler_cost(a.registered, pg, redis)
             print(json.dumps(cost), flush=True)
             if pg:

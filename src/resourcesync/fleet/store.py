@@ -346,6 +346,8 @@ class SQLiteStore(SQLStore):
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # The registry holds the Sources' request headers (credentials): for its owner only.
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.db = sqlite_habits.connect(path, SCHEMA, error=FleetError)
         self.locks = path.parent / "locks"
         have = {r[1] for r in self._execute("PRAGMA table_info(fleet_source)")}
