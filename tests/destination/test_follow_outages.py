@@ -453,3 +453,40 @@ def test_a_channel_moved_to_another_hub_is_followed_there(tmp_path: Path) -> Non
             follower.wait_event("applied")
             wait_for(lambda: _read(dest / "files" / "a.txt") == "a1")
             follower.finish()
+
+
+def test_a_notification_that_cannot_be_applied_does_not_stop_the_follower(
+    tmp_path: Path,
+) -> None:
+    """The copy's state lost its cursor under the follower (say, restored from an old backup):
+    a notification cannot be applied incrementally; it is reported, and the catch-up (a
+    baseline now) brings the copy in step."""
+    import sqlite3
+
+    hub = FakeHub(lease=3600)
+    with serve(hub.app) as hub_base:
+        data, config, site_port = _site(tmp_path, hub_base + "/")
+        site = f"http://127.0.0.1:{site_port}/"
+        dest = tmp_path / "copy"
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            follower = Follower(site, dest, QUICK, **PATIENT)
+            follower.subscribed()
+            follower.wait_event("caught-up")
+            (data / "a.txt").write_text("a1")
+            publish(config)
+            _, changes = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+            first = changes[-1].datetime
+            assert hub.push(_payload(changes[-1:], first, first)) == 200
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a1")
+            follower.wait_event("applied")  # (it writes the cursor)
+            with sqlite3.connect(dest / ".resourcesync" / "state.sqlite") as db:
+                db.execute("DELETE FROM cursors")
+            (data / "a.txt").write_text("a2")
+            publish(config)
+            _, changes = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+            # In sequence (`from` is the last `until`): no catch-up first, straight to applying.
+            assert hub.push(_payload(changes[-1:], first, changes[-1].datetime)) == 200
+            follower.wait_event("source-unavailable")
+            wait_for(lambda: _read(dest / "files" / "a.txt") == "a2")
+            assert follower.thread.is_alive()
+            follower.finish()

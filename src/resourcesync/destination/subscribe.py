@@ -245,7 +245,20 @@ class _Follower:
                 # it. The Change List has these changes too; the retried catch-up gets them.
                 ch.covered = None
                 return
-        set_report = self.applier.apply(ch.set, entries)
+        try:
+            set_report = self.applier.apply(ch.set, entries)
+        except _OUTAGE as exc:
+            # Not applied (no baseline for the set yet, the Source gone mid-way): the Change
+            # List has these changes; a catch-up gets them.
+            ch.covered = None
+            self.source_failures += 1
+            delay = self.backoff.delay(self.source_failures)
+            self.catch_up_at = time.monotonic() + delay
+            self.report(
+                "source-unavailable",
+                {"source": self.source, "reason": str(exc), "retry_in": delay},
+            )
+            return
         ch.covered = doc.until
         result = SyncReport(
             source=self.source, dest=str(self.dest), how="notification", sets=[set_report]
