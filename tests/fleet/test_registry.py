@@ -174,3 +174,38 @@ def test_a_store_of_the_first_schema_gains_the_new_columns(tmp_path: Path) -> No
     row = store.get("a")
     assert row is not None and row.entry.follow
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["fleet", "run", "--broker", "redis://127.0.0.1:1/0"], "--broker needs --db"),
+        (["fleet", "run", "--all"], "--all goes with --once"),
+        (["fleet", "list", "--db", "mysql://127.0.0.1/x"], "--db must be a postgresql:// URL"),
+        (
+            ["fleet", "list", "--db", "postgresql://fleet:secret@127.0.0.1:1/x"],
+            "postgresql://fleet@127.0.0.1:1/x: cannot connect",
+        ),
+        (
+            ["worker", "--broker", "redis://127.0.0.1:1/0", "--db", "fleet.sqlite"],
+            "--db must be a postgresql:// URL",
+        ),
+        (
+            [
+                "fleet",
+                "run",
+                "--once",
+                "--broker",
+                "amqp://x",
+                "--db",
+                "postgresql://127.0.0.1:1/x",
+            ],
+            "--broker must be a redis:// URL",
+        ),
+    ],
+)
+def test_bad_setups_are_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
+    r = cli(*args, "--root", tmp_path)
+    assert r.exit_code == 2, r.stderr
+    assert message in r.stderr and "secret" not in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

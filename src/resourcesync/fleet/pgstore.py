@@ -55,7 +55,7 @@ class PostgresStore(SQLStore):
         try:
             cur = self.conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
             return list(cur.fetchall()) if cur.description else []
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             raise FleetError(f"fleet database: {exc}", source=_redact(self.url)) from None
 
     def _transaction(self) -> contextlib.AbstractContextManager[Any]:
