@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from starlette.routing import Route
 from resourcesync.cli import main
 from resourcesync.sitemap import read_document, validate
 from resourcesync.source.config import PublishConfig, SetConfig
+from resourcesync.source.notify import stop_background
 from resourcesync.source.publish import publish
 from resourcesync.source.server import create_app
 from tests.hub.conftest import fast_config, run_hub
@@ -166,3 +168,48 @@ def test_publish_authenticates_to_a_hub_started_with_a_token(
     for p in (tmp_path / "out").rglob("*"):
         if p.is_file():
             assert secret.encode() not in p.read_bytes(), p
+
+
+def test_notifications_the_hub_refused_are_sent_in_the_background_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11.2: a change made while the hub is down reaches it once the hub is back, without
+    waiting for another change (in a process that keeps running, like `source`)."""
+    monkeypatch.setattr("resourcesync.source.notify.RETRY_FIRST", 0.05)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    hub = Hub()
+    arrived = threading.Event()
+    post = hub.post
+
+    async def counting(request: Request) -> Response:
+        response = await post(request)
+        if len(hub.received) == 2:
+            arrived.set()
+        return response
+
+    hub.app = Starlette(routes=[Route("/hub", counting, methods=["POST"])])
+    try:
+        with serve(hub.app) as hub_base:
+            cfg = PublishConfig(
+                out=tmp_path / "out",
+                sets=[
+                    SetConfig("set1", data, BASE, hub=f"{hub_base}/hub", notification_max_entries=1)
+                ],
+            )
+            clock = Clock()
+            publish(cfg, clock=clock)
+            hub.refuse = True
+            (data / "b.txt").write_text("b")
+            (data / "c.txt").write_text("c")
+            result = publish(cfg, clock=clock)
+            assert any("not accepted" in p for p in result.sets[0].problems)
+            assert hub.received == []
+            hub.refuse = False  # the hub is back; nothing changes on the Source any more
+            assert arrived.wait(60), "the held notifications never reached the hub"
+    finally:
+        stop_background()
+    payloads = [read_document(body) for body, _ in hub.received]
+    assert [e.loc.removeprefix(BASE) for _, (e,) in payloads] == ["b.txt", "c.txt"]
+    assert payloads[0][0].until == payloads[1][0].from_

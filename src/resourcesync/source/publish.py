@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from ..sitemap import write_document, write_split
 from ..w3cdt import format_w3c, parse_w3c
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, PublishConfig, SetConfig
 from .inventory import DirectoryInventory, Inventory, ScanStats
+from .notify import payload, retry_in_background, send_unsent
 from .package import PackageItem, write_packages
 from .state import ChangeListRow, ScanResult, SetState
 
@@ -174,25 +176,36 @@ def publish(
     _check_clashes(config)
     if dry_run:
         return _publish(config, dry_run, inventories, progress, clock, started)
-    with _run_lock(config.state):
+    with run_lock(config.state):
         return _publish(config, dry_run, inventories, progress, clock, started)
 
 
+# Within one process, a publication waits for the background sender of notifications (which
+# holds the lock a second or so) rather than failing; between processes the file lock decides.
+_in_process = threading.Lock()
+
+
 @contextlib.contextmanager
-def _run_lock(state_dir: Path) -> Iterator[None]:
-    """One publication at a time per OUTDIR (a second one stops at once, saying why)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with open(state_dir / "publish.lock", "a+b") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ResourceSyncError(
-                "another publish is running for this output", source=str(state_dir)
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+def run_lock(state_dir: Path, *, wait: bool = True) -> Iterator[None]:
+    """One publication at a time per OUTDIR (a second process stops at once, saying why).
+    `wait=False`: do not wait for another thread of this process either."""
+    if not _in_process.acquire(blocking=wait):
+        raise ResourceSyncError("a publication is running for this output", source=str(state_dir))
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        with open(state_dir / "publish.lock", "a+b") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ResourceSyncError(
+                    "another publish is running for this output", source=str(state_dir)
+                ) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    finally:
+        _in_process.release()
 
 
 def _publish(
@@ -761,66 +774,15 @@ class _SetPublisher:
         elif not self.path("change/latest.xml").exists():
             # Nothing announced yet: the topic still answers, with an empty notification.
             self.write("change/latest.xml", self._payload(0, 0, start, start), [])
-        for nid, first, last, from_, until in state.notifications(unsent_only=True):
-            try:
-                self._send(first, last, from_, until)
-            except ResourceSyncError as exc:
-                self.problems.append(f"notification not accepted by the hub yet: {exc}")
-                break
-            state.mark_sent(nid)
-            self.notified += 1
+        try:
+            self.notified += send_unsent(self.config, s, state)
+        except ResourceSyncError as exc:
+            self.problems.append(f"notification not accepted by the hub yet: {exc}")
+            # Sent by the next run, and meanwhile by this process if it keeps running.
+            retry_in_background(self.config)
 
     def _payload(self, first: int, last: int, from_: datetime, until: datetime) -> Document:
-        return self.doc(Capability.CHANGE_NOTIFICATION, from_=from_, until=until, links=[self.up])
-
-    def _send(self, first: int, last: int, from_: datetime, until: datetime) -> None:
-        import io
-
-        from ..http import HttpOptions, RetryPolicy, make_client
-
-        body = io.BytesIO()
-        write_document(
-            body,
-            self._payload(first, last, from_, until),
-            self.state.changes(first, last),
-            spec_version=self.v,
-        )
-        assert self.s.hub is not None
-        topic = self.config.topic_url(self.s)
-        headers = {
-            "Content-Type": "application/xml",
-            "Link": f'<{topic}>; rel="self", <{self.s.hub}>; rel="hub"',
-        }
-        if self.s.hub_token:
-            headers["Authorization"] = f"Bearer {self.s.hub_token}"
-        options = HttpOptions(timeout=10, retry=RetryPolicy(retries=3, backoff=0.2))
-        # Through the one client factory; the retries here also cover a refusal by a hub that
-        # is restarting (5xx, 429).
-        with make_client(options) as client:
-            attempt = 0
-            while True:
-                attempt += 1
-                try:
-                    response = client.post(self.s.hub, content=body.getvalue(), headers=headers)
-                except Exception as exc:  # connection refused, timeout: retried
-                    reason = str(exc) or type(exc).__name__
-                    if attempt > options.retry.retries:
-                        raise ResourceSyncError(reason, source=self.s.hub) from None
-                else:
-                    if 200 <= response.status_code < 300:
-                        return
-                    reason = f"HTTP {response.status_code} {response.text[:200]}".strip()
-                    if response.status_code == 401:
-                        reason += (
-                            " (the hub wants a token: --hub-token or RESOURCESYNC_HUB_TOKEN)"
-                            if not self.s.hub_token
-                            else " (the hub refused the token)"
-                        )
-                    if response.status_code < 500 and response.status_code != 429:
-                        raise ResourceSyncError(reason, source=self.s.hub)
-                    if attempt > options.retry.retries:
-                        raise ResourceSyncError(reason, source=self.s.hub)
-                time.sleep(options.retry.delay(attempt))
+        return payload(self.config, self.s, from_, until)
 
     # -- Change Dump (§13) and its archive ---------------------------------------------------
 
