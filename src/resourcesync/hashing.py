@@ -8,6 +8,8 @@ Ground floor: imports nothing of ours.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
@@ -29,6 +31,7 @@ ALGORITHMS: dict[str, str] = {"md5": "md5", "sha-1": "sha1", "sha-256": "sha256"
 _HEX_LENGTH = {"md5": 32, "sha-1": 40, "sha-256": 64}
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _HEX = re.compile(r"[0-9a-fA-F]+")
+_B64 = re.compile(r"[A-Za-z0-9+/_-]+")
 CHUNK = 1 << 20
 
 
@@ -94,6 +97,28 @@ def parse_hashes(text: str) -> dict[str, str]:
     if not result:
         raise ValueError("empty hash attribute")
     return result
+
+
+def normalise_digest(algo: str, value: str) -> str | None:
+    """The hex form of a digest of a known algorithm given in base64 or base64url (as the
+    2014 Cornell simulator publishes MD5s); None when `value` is neither hex nor such a
+    digest. Hex values come back in lower case."""
+    expected = _HEX_LENGTH.get(algo)
+    if expected is None:
+        return None
+    if len(value) == expected and _HEX.fullmatch(value):
+        return value.lower()
+    raw = value.strip().rstrip("=")
+    if not _B64.fullmatch(raw):
+        return None
+    raw = raw.replace("-", "+").replace("_", "/")
+    try:
+        digest = base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(digest) * 2 != expected:
+        return None
+    return digest.hex()
 
 
 def check_hash_value(algo: str, value: str) -> str | None:

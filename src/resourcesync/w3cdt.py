@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
-__all__ = ["W3CDatetimeError", "format_w3c", "parse_w3c"]
+__all__ = ["W3CDatetimeError", "format_w3c", "parse_w3c", "parse_zoneless"]
 
 _PATTERN = re.compile(
     r"(?P<year>\d{4})"
@@ -23,6 +23,9 @@ _PATTERN = re.compile(
     r"(?::(?P<second>\d{2})(?:\.(?P<fraction>\d+))?)?"
     r"(?P<tz>Z|[+-]\d{2}:\d{2}))?)?)?"
 )
+
+
+_ZONELESS = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})T(?P<time>\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)")
 
 
 class W3CDatetimeError(ValueError):
@@ -76,6 +79,19 @@ def parse_w3c(text: str) -> datetime:
     except ValueError as exc:
         raise W3CDatetimeError(f"not a valid datetime: {text!r} ({exc})") from None
     return value.astimezone(UTC) if zone is not UTC else value
+
+
+def parse_zoneless(text: str) -> datetime | None:
+    """A date and time without its zone designator (`2021-01-20T20:25:31.541226`, as CORE and
+    RSEngine publish), read as UTC; None when the text is not of that shape. Not W3C Datetime:
+    readers that tolerate it say so (the validator calls it an error)."""
+    m = _ZONELESS.fullmatch(text.strip())
+    if m is None:
+        return None
+    try:
+        return parse_w3c(f"{m['date']}T{m['time']}Z")
+    except W3CDatetimeError:
+        return None
 
 
 def format_w3c(value: datetime) -> str:

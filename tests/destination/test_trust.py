@@ -13,7 +13,6 @@ from tests.destination.helpers import (
     cli_json,
     entry,
     hand_source,
-    set_report,
     tree,
     urlset,
 )
@@ -26,11 +25,6 @@ def _index(capability: str, parts: list[dict[str, Any]], **md: str) -> bytes:
     text = urlset(capability, parts, **md).decode()
     text = text.replace("<urlset ", "<sitemapindex ").replace("</urlset>", "</sitemapindex>")
     return text.replace("<url>", "<sitemap>").replace("</url>", "</sitemap>").encode()
-
-
-def _summary(code_summary: tuple[int, dict[str, Any]]) -> tuple[int, dict[str, Any]]:
-    code, summary = code_summary
-    return code, set_report(summary, "")
 
 
 def _set(summary: dict[str, Any]) -> dict[str, Any]:

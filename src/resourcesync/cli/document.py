@@ -261,6 +261,7 @@ def cat(
                 emit_json({"document": document_json(doc, visit.name)})
                 for _, res in visit.entries():
                     emit_json(resource_json(res))
+                _show_warnings(visit.reader)
                 continue
             if tty:
                 console = _console()
@@ -275,6 +276,13 @@ def cat(
                 out = sys.stdout
                 for _, res in visit.entries():
                     out.write(_row(res) + "\n")
+            _show_warnings(visit.reader)
+
+
+def _show_warnings(reader: Any) -> None:
+    """Rules the document bent that the reader read through, once each, on stderr."""
+    for message in reader.warnings:
+        click.echo(f"resourcesync: warning: {reader.name}: {message}", err=True)
 
 
 def _print_header(console: Any, doc: Document, name: str) -> None:

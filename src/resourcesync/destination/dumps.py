@@ -16,7 +16,7 @@ from ..sitemap import open_document
 from .discover import SetInfo
 from .mirror import UnsafePath
 from .options import Run
-from .plan import Plan, Planner
+from .plan import Plan, Planner, tell_warnings
 from .report import SetReport
 
 __all__ = ["baseline_from_dumps"]
@@ -58,6 +58,7 @@ def _apply_package(
             raise ReadError("a dump package without manifest.xml", source=package.loc) from None
     with open_document(manifest_bytes, name=package.loc + "#manifest.xml") as reader:
         entries = list(reader)
+        tell_warnings(reader, report)
     plan.seen([e.loc for e in entries])
     mirror = run.mirror
     for res, outcome in mirror.extract(zpath, entries):

@@ -20,6 +20,7 @@ from ..errors import ReadError
 from ..model import Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
+from ..sitemap.read import DocumentReader
 from ..w3cdt import format_w3c, parse_w3c
 from .discover import SetInfo
 from .mirror import UnsafePath
@@ -128,6 +129,13 @@ class Plan:
                 yield uri, res
 
 
+def tell_warnings(reader: DocumentReader, report: SetReport) -> None:
+    """Rules the document bent that we read through (zone-less datetimes, base64 digests),
+    once per document: reported, not failed."""
+    for message in reader.warnings:
+        report.problem(reader.name, f"warning: {message}")
+
+
 def undated_sig(res: Resource) -> str:
     """What identifies an undated change entry, so that a run does not apply again what an
     earlier run applied (a list without `rs:md@datetime` gives no time to keep a cursor by)."""
@@ -186,6 +194,7 @@ class Planner:
             if doc.index:
                 for _ in visit.entries():
                     pass
+                tell_warnings(visit.reader, report)
                 continue
             for _, res in visit.entries():
                 seen.append(res.loc)
@@ -193,6 +202,7 @@ class Planner:
                     plan.seen(seen)
                     seen.clear()
                 self.fetch_unless_held(res, plan, report)
+            tell_warnings(visit.reader, report)
         plan.seen(seen)
         if skipped:
             # What the unread parts list is unknown: deleting "unlisted" resources could
@@ -294,6 +304,7 @@ class Planner:
                             )
                         continue
                     yield res
+                tell_warnings(reader, report)
             if len(done) + len(nested) > _MAX_LISTS:
                 raise ReadError(f"more than {_MAX_LISTS} Change Lists to follow", source=list_url)
             todo[:0] = nested

@@ -28,9 +28,9 @@ from urllib.parse import urlsplit
 from lxml import etree
 
 from ..errors import FormatError, ReadError
-from ..hashing import parse_hashes
+from ..hashing import normalise_digest, parse_hashes
 from ..model import RS_NS, SITEMAP_NS, Document, Link, Resource
-from ..w3cdt import W3CDatetimeError, parse_w3c
+from ..w3cdt import W3CDatetimeError, parse_w3c, parse_zoneless
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -196,6 +196,11 @@ class DocumentReader:
         self.late_header_lines: list[int] = []
         #: Line of each document-level element, for the validator's messages.
         self.header_lines: dict[str, int] = {}
+        #: Rules this document bends that the reader read through (zone-less datetimes,
+        #: base64 digests): one line per kind, for the caller to show. With `on_problem` set
+        #: they are reported to it as problems instead.
+        self.warnings: list[str] = []
+        self._warned: set[str] = set()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -493,8 +498,48 @@ class DocumentReader:
         try:
             return parse_w3c(text.strip())
         except W3CDatetimeError as exc:
+            value = parse_zoneless(text)
+            if value is None:
+                self._problem(f"{what}: {exc}", line, loc)
+                return None
+            # CORE and RSEngine write datetimes without a zone: read as UTC (tolerant in
+            # what we sync); an error for the validator, one warning per document otherwise.
+            message = (
+                f"{what}: {text.strip()!r} has no time zone (W3C Datetime requires one; "
+                "Destinations read it as UTC)"
+            )
+            if self.on_problem is not None:
+                self._problem(message, line, loc)
+            else:
+                self._warn("zoneless", f"{message}, and so may others in this document", line)
+            return value
+
+    def _warn(self, kind: str, message: str, line: int | None) -> None:
+        """A rule the document bends that we read through: said once per document and kind."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            self.warnings.append(f"line {line}: {message}" if line else message)
+
+    def _hashes(self, value: str, what: str, line: int, loc: str | None) -> dict[str, str]:
+        try:
+            hashes = parse_hashes(value)
+        except ValueError as exc:
             self._problem(f"{what}: {exc}", line, loc)
-            return None
+            return {}
+        if self.on_problem is None:
+            # Digests in base64 (the 2014 Cornell simulator) compared as hex, said once; the
+            # validator sees them as written.
+            for algo, digest in hashes.items():
+                hexed = normalise_digest(algo, digest)
+                if hexed is not None and hexed != digest:
+                    if hexed.lower() != digest.lower():
+                        self._warn(
+                            "base64",
+                            f"{what}: {algo} digests in base64, not hex; read as hex",
+                            line,
+                        )
+                    hashes[algo] = hexed
+        return hashes
 
     def _int(self, text: str, what: str, line: int, loc: str | None) -> int | None:
         t = text.strip()
@@ -522,10 +567,7 @@ class DocumentReader:
 
     def _md_entry(self, res: Resource, key: str, value: str, line: int, loc: str | None) -> None:
         if key == "hash":
-            try:
-                res.hashes = parse_hashes(value)
-            except ValueError as exc:
-                self._problem(f"rs:md hash: {exc}", line, loc)
+            res.hashes = self._hashes(value, "rs:md hash", line, loc)
         elif key == "length":
             res.length = self._int(value, "rs:md length", line, loc)
         elif key == "type":
@@ -556,10 +598,7 @@ class DocumentReader:
             elif key == "length":
                 link.length = self._int(value, "rs:ln length", line, loc)
             elif key == "hash":
-                try:
-                    link.hashes = parse_hashes(value)
-                except ValueError as exc:
-                    self._problem(f"rs:ln hash: {exc}", line, loc)
+                link.hashes = self._hashes(value, "rs:ln hash", line, loc)
             elif key == "modified":
                 link.modified = self._datetime(value, "rs:ln modified", line, loc)
             elif key == "path":
@@ -588,10 +627,9 @@ class DocumentReader:
             elif tag == RS_MD:
                 for key, value in child.items():
                     if key == "hash":
-                        try:
-                            res.hashes = parse_hashes(value)
-                        except ValueError as exc:
-                            self._problem(f"rs:md hash: {exc}", child.sourceline, res.loc or None)
+                        res.hashes = self._hashes(
+                            value, "rs:md hash", child.sourceline, res.loc or None
+                        )
                     elif key == "length":
                         if value.isdigit() and value.isascii():
                             res.length = int(value)

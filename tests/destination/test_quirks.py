@@ -1,0 +1,125 @@
+"""Real Sources that bend the rules are synced, with a warning; the validator still calls them
+errors (issue 10.12, 10.13): be strict in what you report, tolerant in what you sync."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+
+from resourcesync.hashing import normalise_digest
+from resourcesync.w3cdt import format_w3c, parse_zoneless
+from tests.destination.helpers import cli, cli_json, hand_source, tree
+
+RS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
+
+
+def _core_resourcelist(base: str, bodies: dict[str, bytes]) -> bytes:
+    """Shaped like CORE's: datetimes with microseconds and no time zone."""
+    urls = "".join(
+        f"<url><loc>{base}/{name}</loc><lastmod>2021-01-20T20:25:31.541226</lastmod>"
+        f'<rs:md length="{len(body)}"/></url>'
+        for name, body in bodies.items()
+    )
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}>'
+        f'<rs:ln rel="up" href="{base}/capabilitylist.xml"/>'
+        f'<rs:md capability="resourcelist" at="2021-01-20T20:25:31.541226"/>{urls}</urlset>'
+    ).encode()
+
+
+def _cornell_resourcelist(base: str, bodies: dict[str, bytes], *, url_safe: bool) -> bytes:
+    """Shaped like the 2014 Cornell simulator's: MD5 digests in base64."""
+    enc = base64.urlsafe_b64encode if url_safe else base64.b64encode
+    urls = "".join(
+        f"<url><loc>{base}/{name}</loc><lastmod>2014-05-01T10:00:00Z</lastmod>"
+        f'<rs:md hash="md5:{enc(hashlib.md5(body).digest()).decode()}" length="{len(body)}"/>'
+        "</url>"
+        for name, body in bodies.items()
+    )
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}>'
+        f'<rs:md capability="resourcelist" at="2014-05-01T10:00:00Z"/>{urls}</urlset>'
+    ).encode()
+
+
+def _serve(src: object, bodies: dict[str, bytes], resourcelist: bytes) -> None:
+    from tests.destination.helpers import urlset
+
+    b = src.base  # type: ignore[attr-defined]
+    src.docs["/.well-known/resourcesync"] = urlset(  # type: ignore[attr-defined]
+        "description", [{"loc": f"{b}/capabilitylist.xml", "capability": "capabilitylist"}]
+    )
+    src.docs["/capabilitylist.xml"] = urlset(  # type: ignore[attr-defined]
+        "capabilitylist", [{"loc": f"{b}/resourcelist.xml", "capability": "resourcelist"}]
+    )
+    src.docs["/resourcelist.xml"] = resourcelist  # type: ignore[attr-defined]
+    for name, body in bodies.items():
+        src.files[f"/{name}"] = body  # type: ignore[attr-defined]
+
+
+def test_zoneless_datetimes_are_read_as_utc() -> None:
+    value = parse_zoneless("2021-01-20T20:25:31.541226")
+    assert value is not None and format_w3c(value) == "2021-01-20T20:25:31.541226Z"
+    assert parse_zoneless("2021-01-20T20:25") is not None
+    assert parse_zoneless("2021-01-20") is None  # a date alone is W3C already
+    assert parse_zoneless("yesterday") is None
+
+
+def test_base64_digests_read_as_hex() -> None:
+    body = b"hello"
+    hexed = hashlib.md5(body).hexdigest()
+    assert normalise_digest("md5", base64.b64encode(hashlib.md5(body).digest()).decode()) == hexed
+    raw = hashlib.sha256(b"\xff" * 10).digest()
+    assert normalise_digest("sha-256", base64.urlsafe_b64encode(raw).decode().rstrip("=")) == (
+        raw.hex()
+    )
+    assert normalise_digest("md5", hexed.upper()) == hexed
+    assert normalise_digest("md5", "not a digest!") is None
+    assert normalise_digest("md5", base64.b64encode(b"short").decode()) is None
+
+
+def test_a_core_shaped_source_is_baselined_with_one_warning(tmp_path: Path) -> None:
+    bodies = {"oai/1": b"record one", "oai/2": b"record two", "oai/3": b"record three"}
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        _serve(src, bodies, _core_resourcelist(src.base, bodies))
+        result = cli("cat", f"{src.base}/resourcelist.xml")
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.count("2021-01-20T20:25:31.541226Z") == 3
+        assert result.stderr.count("no time zone") == 1
+        code, summary = cli_json("sync", src.base, dest)
+        assert code == 0, summary
+        assert tree(dest) == bodies
+        warnings = [p for p in summary["sets"][0]["problems"] if "warning" in p["message"]]
+        assert len(warnings) == 1 and "read it as UTC" in warnings[0]["message"]
+        # The validator keeps calling it an error.
+        (tmp_path / "rl.xml").write_bytes(_core_resourcelist(src.base, bodies))
+        result = cli("validate", tmp_path / "rl.xml")
+        assert result.exit_code != 0 and "time zone" in result.output
+
+
+def test_a_source_with_base64_digests_is_synced_and_verified(tmp_path: Path) -> None:
+    for url_safe in (False, True):
+        bodies = {"a": b"alpha" * 50, "b": b"\xfb\xff" * 40}
+        dest = tmp_path / f"dest-{url_safe}"
+        with hand_source() as src:
+            _serve(src, bodies, _cornell_resourcelist(src.base, bodies, url_safe=url_safe))
+            code, summary = cli_json("sync", src.base, dest)
+            assert code == 0, summary
+            assert tree(dest) == bodies
+            report = summary["sets"][0]
+            assert report["fetched"] == 2
+            assert any("base64" in p["message"] for p in report["problems"])
+            # The same digests, compared again on the next run: nothing differs.
+            code, summary = cli_json("sync", src.base, dest, "--baseline")
+            assert code == 0 and summary["sets"][0]["fetched"] == 0, summary
+            assert cli("audit", src.base, dest).exit_code == 0
+            # A body that does not match its base64 digest still fails.
+            lying = {**bodies, "a": b"tampered" * 31}
+            src.docs["/resourcelist.xml"] = _cornell_resourcelist(
+                src.base, lying, url_safe=url_safe
+            )
+            code, summary = cli_json("sync", src.base, dest, "--baseline")
+            assert code == 1 and summary["sets"][0]["failed"] == 1, summary
+            assert tree(dest)["a"] == bodies["a"]
