@@ -136,3 +136,40 @@ def test_scheduler_and_redis_restarts_work_resumes(
             assert second.returncode == 0, err
         status = _status(root, db)
         assert all(v["ok"] and v["mode"] == "incremental" for v in status.values())
+
+
+def test_per_host_slots_are_shared_by_every_client_and_expire_with_their_holder(
+    broker: Redis,
+) -> None:
+    import redis
+
+    from resourcesync.fleet.cluster import host_slot
+
+    one, other = redis.Redis.from_url(broker.url), redis.Redis.from_url(broker.url)
+    with (
+        host_slot(one, "127.0.0.2", 2, lease=5) as first,
+        host_slot(other, "127.0.0.2", 2, lease=5) as second,
+    ):
+        with host_slot(other, "127.0.0.2", 2, lease=5) as third:
+            assert (first, second, third) == (True, True, False)
+        with host_slot(other, "127.0.0.3", 2, lease=5) as elsewhere:
+            assert elsewhere  # another host has its own slots
+    # A live holder keeps its slot past its lease (renewed in the background)…
+    with host_slot(one, "127.0.0.5", 1, lease=1) as held:
+        assert held
+        time.sleep(2.5)
+        assert not _free(other, "127.0.0.5")
+    assert _free(other, "127.0.0.5")  # …and gives it back at the end of the block.
+    # A holder that died without releasing (a worker killed -9): its slot frees with its lease.
+    dead = one.lock("resourcesync:fleet:host:127.0.0.4:0", timeout=1, thread_local=False)
+    assert dead.acquire(blocking=False)
+    with host_slot(other, "127.0.0.4", 1, lease=5) as busy:
+        assert not busy
+    _wait(lambda: _free(other, "127.0.0.4"), "the dead holder's lease to end", limit=10)
+
+
+def _free(client: object, host: str) -> bool:
+    from resourcesync.fleet.cluster import host_slot
+
+    with host_slot(client, host, 1, lease=5) as got:
+        return got
