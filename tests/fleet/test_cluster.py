@@ -83,6 +83,7 @@ def test_two_workers_one_killed_mid_task_nothing_lost(
             assert _in_step(root, sites)
             status = _status(root, db)
             assert all(v["ok"] and v["failures"] == 0 for v in status.values())
+            assert {v["queued"] for v in status.values()} == {None}  # every task reported back
 
             # The survivor alone follows the changes of every Source.
             change(sites[:-1], 1)

@@ -41,6 +41,8 @@ def entry_status(row: Row, now: float) -> dict[str, Any]:
         "next_run": _when(row.next_run),
         "due": row.next_run <= now,
         "failures": row.failures,
+        # On a cluster: when its task was queued, until a worker reports back.
+        "queued": _when(row.queued),
         "error": row.error,
         "cursor": row.cursor,
         "last_ok": _when(row.last_ok),
