@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,13 +33,19 @@ class Hub:
 
     def __init__(self) -> None:
         self.received: list[tuple[bytes, dict[str, str]]] = []
+        self.framework: list[bytes] = []
         self.refuse = False
         self.app = Starlette(routes=[Route("/hub", self.post, methods=["POST"])])
 
     async def post(self, request: Request) -> Response:
         if self.refuse:
             return Response("busy", 503)
-        self.received.append((await request.body(), dict(request.headers)))
+        body, headers = await request.body(), dict(request.headers)
+        # Change notifications here; framework notifications (their own channel) aside.
+        if "/framework/>" in headers.get("link", ""):
+            self.framework.append(body)
+        else:
+            self.received.append((body, headers))
         return Response("", 200)
 
 
@@ -213,3 +220,79 @@ def test_notifications_the_hub_refused_are_sent_in_the_background_in_order(
     payloads = [read_document(body) for body, _ in hub.received]
     assert [e.loc.removeprefix(BASE) for _, (e,) in payloads] == ["b.txt", "c.txt"]
     assert payloads[0][0].until == payloads[1][0].from_
+
+
+def test_framework_notifications_announce_new_and_updated_documents(tmp_path: Path) -> None:
+    """Framework Notification 1.0.1: the channel advertised in the Capability List (Example 8),
+    a payload per publication naming the documents created or updated (§3), a document under an
+    index with rel="index" to it, the Source Description on the set's channel too."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    hub = Hub()
+    with serve(hub.app) as hub_base:
+        cfg = PublishConfig(
+            out=tmp_path / "out",
+            sets=[
+                SetConfig(
+                    "set1",
+                    data,
+                    BASE,
+                    hub=f"{hub_base}/hub",
+                    capabilities=("resourcelist", "changelist", "resourcedump"),
+                    changelist_max_entries=2,
+                )
+            ],
+            docs_url="http://example.org/",
+        )
+        clock = Clock()
+        publish(cfg, clock=clock)
+        _, caps = read_document(tmp_path / "out" / "set1" / "capabilitylist.xml")
+        channel = next(c for c in caps if c.capability == "framework-notification")
+        assert channel.loc == "http://example.org/set1/framework/"
+        assert channel.link("hub") is not None and channel.link("hub").href == f"{hub_base}/hub"
+
+        def announced(body: bytes) -> dict[str, tuple[str | None, str | None]]:
+            doc, entries = read_document(body)
+            assert doc.capability == "framework-notification" and not doc.index
+            up = doc.link("up")
+            assert up is not None and up.href == "http://example.org/set1/capabilitylist.xml"
+            out = {}
+            for e in entries:
+                assert e.change in ("created", "updated") and e.datetime is not None
+                index = e.link("index")
+                out[e.loc.removeprefix("http://example.org/")] = (
+                    f"{e.change} {e.capability}",
+                    index.href.removeprefix("http://example.org/") if index else None,
+                )
+            return out
+
+        (first,) = hub.framework
+        got = announced(first)
+        assert got["set1/capabilitylist.xml"] == ("created capabilitylist", None)
+        assert got[".well-known/resourcesync"] == ("created description", None)
+        assert got["set1/changelist.xml"] == ("created changelist", None)
+        assert sum(v[0] == "created resourcelist" for v in got.values()) == 1
+        assert sum(v[0] == "created resourcedump" for v in got.values()) == 1
+
+        (data / "b.txt").write_text("b")
+        publish(cfg, clock=clock)
+        got = announced(hub.framework[-1])
+        assert "set1/capabilitylist.xml" not in got and ".well-known/resourcesync" not in got
+        assert got["set1/changelist.xml"] == ("updated changelist", None)
+        assert sum(v[0] == "created resourcelist" for v in got.values()) == 1
+
+        for name in ("c", "d"):
+            (data / f"{name}.txt").write_text(name)
+        publish(cfg, clock=clock)  # three changes against lists of two: one is closed
+        got = announced(hub.framework[-1])
+        rotated = {k: v for k, v in got.items() if v[0] == "created changelist"}
+        assert len(rotated) == 2  # the closed list and the new open one
+        assert all(index == "set1/changelist.xml" for _, index in rotated.values())
+
+        publish(cfg, clock=clock)  # nothing changed: nothing announced
+        assert len(hub.framework) == 3
+    latest = tmp_path / "out" / "set1" / "framework" / "latest.xml"
+    assert latest.read_bytes() == hub.framework[-1]
+    published = json.loads((tmp_path / "out" / ".resourcesync" / "published.json").read_text())
+    assert published["sets"][0]["framework_channel"]["topic"] == channel.loc

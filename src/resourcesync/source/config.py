@@ -199,6 +199,10 @@ class PublishConfig:
         """The set's change notification channel (the WebSub topic)."""
         return f"{self.docs_url}{s.name}/change/"
 
+    def framework_topic_url(self, s: SetConfig) -> str:
+        """The set's framework notification channel (Framework Notification 1.0.1 §2, §5)."""
+        return f"{self.docs_url}{s.name}/framework/"
+
     @property
     def description_url(self) -> str:
         return self.docs_url + DESCRIPTION_PATH

@@ -12,6 +12,7 @@ round while a publication runs (which sends them itself).
 from __future__ import annotations
 
 import io
+import json
 import logging
 import random
 import threading
@@ -19,13 +20,22 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from ..atomic import AtomicFile
 from ..errors import ResourceSyncError
-from ..model import Capability, Document, Link
+from ..model import Capability, Document, Link, Resource
 from ..sitemap import write_document
 from .config import PublishConfig, SetConfig
 from .state import SetState
 
-__all__ = ["payload", "retry_in_background", "send_unsent", "stop_background"]
+__all__ = [
+    "announce_framework",
+    "description_key",
+    "payload",
+    "retry_in_background",
+    "send_framework_unsent",
+    "send_unsent",
+    "stop_background",
+]
 
 log = logging.getLogger("resourcesync.source")
 
@@ -100,6 +110,67 @@ def send_unsent(config: PublishConfig, s: SetConfig, state: SetState) -> int:
     return sent
 
 
+def send_framework_unsent(config: PublishConfig, s: SetConfig, state: SetState) -> int:
+    """Send the set's unsent framework notifications in order (as `send_unsent`)."""
+    sent = 0
+    topic = config.framework_topic_url(s)
+    for row_id, body in state.framework_unsent():
+        _post(s, topic, body)
+        state.mark_framework_sent(row_id)
+        sent += 1
+    return sent
+
+
+def description_key(config: PublishConfig) -> str:
+    """What the Source Description says (a change of it is announced on every channel)."""
+    return json.dumps(
+        [config.describedby, [(config.set_url(s), s.describedby) for s in config.sets]]
+    )
+
+
+def announce_framework(
+    config: PublishConfig,
+    s: SetConfig,
+    state: SetState,
+    events: list[Resource],
+    marks: dict[str, str],
+    now: datetime,
+) -> str | None:
+    """Framework Notification 1.0.1 §3, §4.1: keep one payload with this run's changes to the
+    set's documents (and to the Source Description, announced on every set's channel), publish
+    it at the channel's topic URI (`framework/latest.xml`), and send what is unsent to the hub
+    in order. Returns the reason when the hub did not take it (it is retried later)."""
+    events = list(events)
+    key = description_key(config)
+    before = state.get("fw_description")
+    if before != key:
+        events.append(
+            Resource(
+                loc=config.description_url,
+                change="created" if before is None else "updated",
+                capability=Capability.DESCRIPTION,
+                datetime=now,
+            )
+        )
+        marks = {**marks, "fw_description": key}
+    if events:
+        up = Link(rel="up", href=config.set_url(s) + "capabilitylist.xml")
+        doc = Document(capability=Capability.FRAMEWORK_NOTIFICATION, links=[up])
+        body = io.BytesIO()
+        write_document(body, doc, events, spec_version=config.spec_version)
+        with state.transaction():
+            state.add_framework(body.getvalue())
+            for k, v in marks.items():
+                state.put(k, v)
+        with AtomicFile(config.out / s.name / "framework" / "latest.xml", make_parents=True) as f:
+            f.write(body.getvalue())
+    try:
+        send_framework_unsent(config, s, state)
+    except ResourceSyncError as exc:
+        return f"framework notification not accepted by the hub yet: {exc}"
+    return None
+
+
 class _Retrier(threading.Thread):
     """Retries one OUTDIR's unsent notifications until none is left, then waits to be woken."""
 
@@ -145,6 +216,7 @@ class _Retrier(threading.Thread):
                     with SetState(path) as state:
                         try:
                             n = send_unsent(config, s, state)
+                            n += send_framework_unsent(config, s, state)
                         except ResourceSyncError as exc:
                             log.warning(
                                 "resourcesync: %s: notification not accepted by the hub yet "

@@ -44,10 +44,11 @@ from ..errors import ResourceSyncError
 from ..hashing import parse_hashes
 from ..model import Capability, Document, Link, Resource
 from ..sitemap import write_document, write_split
+from ..sitemap.write import part_name
 from ..w3cdt import format_w3c, parse_w3c
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, PublishConfig, SetConfig
 from .inventory import DirectoryInventory, Inventory, ScanStats
-from .notify import payload, retry_in_background, send_unsent
+from .notify import announce_framework, payload, retry_in_background, send_unsent
 from .package import PackageItem, write_packages
 from .state import ChangeListRow, ScanResult, SetState
 
@@ -221,6 +222,7 @@ def _publish(
     set_docs: dict[str, list[DocumentInfo]] = {}
     recent: dict[str, list[dict[str, str]]] = {}
     counts: dict[str, int] = {}
+    framework: dict[str, tuple[list[Resource], dict[str, str], SetResult]] = {}
     for s in config.sets:
         state_path = config.state / f"{s.name}.sqlite"
         scratch = None
@@ -269,6 +271,7 @@ def _publish(
             result.packages = publisher.packages
             result.problems += publisher.problems
             set_docs[s.name] = publisher.documents
+            framework[s.name] = (publisher.events, publisher.framework_marks, result)
             recent[s.name] = state.recent_changes()
             counts[s.name] = state.count()
         if scratch is not None:
@@ -278,8 +281,15 @@ def _publish(
         _remove_leftovers(config.state)
         _write_description(config)
         _write_published(config, set_docs, recent, counts, clock)
+        now = (clock or (lambda: datetime.now(UTC)))()
         for s in config.sets:
             with SetState(config.state / f"{s.name}.sqlite", clock=clock) as state:
+                if s.hub and s.name in framework:
+                    events, marks, set_result = framework[s.name]
+                    problem = announce_framework(config, s, state, events, marks, now)
+                    if problem is not None:
+                        set_result.problems.append(problem)
+                        retry_in_background(config)
                 run = state.last_run()
                 if run is not None:
                     state.put("published_run", str(run[0]))
@@ -313,6 +323,10 @@ class _SetPublisher:
         self.packages = 0
         self.notified = 0
         self.problems: list[str] = []
+        #: What changed in the framework this run (Framework Notification 1.0.1 §3).
+        self.events: list[Resource] = []
+        #: State marks to record once the framework notification holding them is kept.
+        self.framework_marks: dict[str, str] = {}
         run = state.last_run()
         published = state.get("published_run")
         # A publication that did not finish (or settings that changed) is done again in full.
@@ -381,6 +395,22 @@ class _SetPublisher:
         self.written += 1
         return n
 
+    def event(self, capability: str, name: str, change: str, *, index: str | None = None) -> None:
+        """Note a change to one of the set's documents for the framework channel (never an
+        index: a document under one names it with rel="index")."""
+        if not self.s.hub:
+            return
+        links = [Link(rel="index", href=self.link_url(index))] if index else []
+        self.events.append(
+            Resource(
+                loc=self.link_url(name),
+                change=change,
+                capability=capability,
+                datetime=self.clock(),
+                links=links,
+            )
+        )
+
     # -- the run ---------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -431,12 +461,28 @@ class _SetPublisher:
                     links=[Link(rel="hub", href=self.s.hub)],
                 )
             )
+            entries.append(
+                Resource(
+                    loc=self.config.framework_topic_url(self.s),
+                    capability=Capability.FRAMEWORK_NOTIFICATION,
+                    links=[Link(rel="hub", href=self.s.hub)],
+                )
+            )
         links = [Link(rel="up", href=self.config.description_url)]
         if self.s.describedby:
             links.append(Link(rel="describedby", href=self.s.describedby))
         doc = self.doc(Capability.CAPABILITYLIST, links=links)
         self.write("capabilitylist.xml", doc, entries)
         self.state.put("settings", self._settings)
+        what = json.dumps([[e.loc, e.capability] for e in entries] + [lk.href for lk in links])
+        before = self.state.get("fw_capabilitylist")
+        if before != what:
+            self.event(
+                Capability.CAPABILITYLIST,
+                "capabilitylist.xml",
+                "created" if before is None else "updated",
+            )
+            self.framework_marks["fw_capabilitylist"] = what
 
     # -- Resource List (§10) and its archive -------------------------------------------------
 
@@ -462,6 +508,11 @@ class _SetPublisher:
             )
             index, count = self.split(name, doc, state.resource_xml())
             _link_into_place(self.path(name), live)
+            if index:
+                first = f"{name.rpartition('/')[0]}/{part_name('resourcelist.xml', 1)}"
+                self.event(Capability.RESOURCELIST, first, "created", index=name)
+            else:
+                self.event(Capability.RESOURCELIST, name, "created")
             state.archive(
                 "resourcelist",
                 name,
@@ -554,6 +605,7 @@ class _SetPublisher:
                     links=[self.up, index_link],
                 )
                 self.write(name, doc, state.changes(row.first_seq, row.last_seq))
+                self.event(Capability.CHANGELIST, name, "created", index="changelist.xml")
         if closed and closed[-1].id > written:
             state.put("cl_closed_written", str(closed[-1].id))
         # The archive lists the closed Change Lists (before the index: it names closed lists
@@ -582,6 +634,12 @@ class _SetPublisher:
             )
             if self.redo or rotated or not self.path(self._cl_name(open_row)).exists():
                 self.write(self._cl_name(open_row), open_doc, state.changes(open_row.first_seq))
+                self.event(
+                    Capability.CHANGELIST,
+                    self._cl_name(open_row),
+                    "created" if rotated else "updated",
+                    index="changelist.xml",
+                )
             index_doc = self.doc(
                 Capability.CHANGELIST,
                 index=True,
@@ -607,7 +665,11 @@ class _SetPublisher:
                 Capability.CHANGELIST, from_=open_row.from_, links=[self.up, archive_link]
             )
             if self.redo or not self.path("changelist.xml").exists():
+                existed = self.path("changelist.xml").exists()
                 self.write("changelist.xml", doc, state.changes(open_row.first_seq))
+                self.event(
+                    Capability.CHANGELIST, "changelist.xml", "updated" if existed else "created"
+                )
             self.note("changelist", "changelist.xml", doc, count)
 
     @staticmethod
@@ -705,6 +767,7 @@ class _SetPublisher:
             # The dump's own copy in its folder (what the archive will point at), then live.
             self.write(f"{folder}/resourcedump.xml", doc, entries)
             self.write("resourcedump.xml", doc, entries)
+            self.event(Capability.RESOURCEDUMP, f"{folder}/resourcedump.xml", "created")
             state.archive(
                 "resourcedump",
                 folder,
@@ -856,6 +919,7 @@ class _SetPublisher:
             name = f"changedumps/changedump-{_stamp(live_from)}.xml"
             doc = self.doc(Capability.CHANGEDUMP, from_=live_from, until=end, links=[self.up])
             self.write(name, doc, [self._package_entry(p) for p in closing])
+            self.event(Capability.CHANGEDUMP, name, "created")
             with state.transaction():
                 state.archive("changedump", name, self.link_url(name), from_=live_from, until=end)
                 state.put("cd_from", format_w3c(end))
@@ -873,7 +937,9 @@ class _SetPublisher:
             links=[self.up, Link(rel="archives", href=self.link_url("changedump-archive.xml"))],
         )
         if self.redo or closed_one or top > done or not self.path("changedump.xml").exists():
+            existed = self.path("changedump.xml").exists()
             self.write("changedump.xml", doc, [self._package_entry(p) for p in live])
+            self.event(Capability.CHANGEDUMP, "changedump.xml", "updated" if existed else "created")
         self.note("changedump", "changedump.xml", doc, len(live))
 
     def _changed_since_scan(self, keys: list[str]) -> None:
@@ -997,7 +1063,12 @@ def _write_published(
                             "topic": config.topic_url(s),
                             "hub": s.hub,
                             "latest": f"{s.name}/change/latest.xml",
-                        }
+                        },
+                        "framework_channel": {
+                            "topic": config.framework_topic_url(s),
+                            "hub": s.hub,
+                            "latest": f"{s.name}/framework/latest.xml",
+                        },
                     }
                     if s.hub
                     else {}

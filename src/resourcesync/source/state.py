@@ -84,6 +84,11 @@ CREATE TABLE IF NOT EXISTS notifications (
     until TEXT NOT NULL,
     sent INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS framework (
+    id INTEGER PRIMARY KEY,
+    body BLOB NOT NULL,
+    sent INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS archive (
     kind TEXT NOT NULL,
     id INTEGER PRIMARY KEY,
@@ -696,6 +701,21 @@ class SetState:
 
     def mark_sent(self, notification: int) -> None:
         self.db.execute("UPDATE notifications SET sent = 1 WHERE id = ?", (notification,))
+
+    # -- framework notifications -----------------------------------------------------------
+
+    def add_framework(self, body: bytes) -> None:
+        """Keep a framework notification payload until the hub has taken it."""
+        self.db.execute("INSERT INTO framework (body) VALUES (?)", (body,))
+
+    def framework_unsent(self) -> list[tuple[int, bytes]]:
+        return [
+            (i, bytes(b))
+            for i, b in self.db.execute("SELECT id, body FROM framework WHERE sent = 0 ORDER BY id")
+        ]
+
+    def mark_framework_sent(self, row_id: int) -> None:
+        self.db.execute("UPDATE framework SET sent = 1 WHERE id = ?", (row_id,))
 
     # -- archives --------------------------------------------------------------------------
 
