@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.responses import PlainTextResponse
 
@@ -311,3 +312,48 @@ def test_a_baseline_that_cannot_read_the_whole_list_deletes_nothing(tmp_path: Pa
         assert code == 1, summary
         assert "nothing was deleted" in _set(summary)["incomplete"]
         assert tree(dest) == {"a.txt": b"a", "deep.txt": b"deep"}
+
+
+def test_two_uris_never_share_one_local_file(tmp_path: Path) -> None:
+    """`dir/` and `dir/index.html`, `q%3Fx` and `q?x`, NFC and NFD, names differing in case:
+    each pair maps to one file (on some file system). The first owner keeps it, the second is
+    refused and reported, and deleting the second never removes the first's file (issue 17.6,
+    17.7)."""
+    dest = tmp_path / "dest"
+    pairs = [
+        ("/dir/", "/dir/index.html"),
+        ("/q%3Fx", "/q?x"),
+        ("/caf%C3%A9", "/cafe%CC%81"),
+        ("/Read.txt", "/read.txt"),
+    ]
+    with hand_source() as src:
+        b = src.base
+        resources = []
+        for first, second in pairs:
+            # The server sees the decoded path: only the first of each pair is ever asked for.
+            for served in {first, unquote(first)}:
+                src.files[served] = b"first " + first.encode()
+            resources.append(entry(b, first, b"first " + first.encode()))
+            resources.append(entry(b, second, b"second"))
+        src.publish(resources, at=AT)
+        code, summary = cli_json("sync", b, dest)
+        assert code == 1, summary
+        problems = _set(summary)["problems"]
+        refused = sorted(p["uri"] for p in problems if "same local file" in p["message"])
+        assert refused == sorted(b + second for _, second in pairs)
+        assert _set(summary)["fetched"] == len(pairs), problems
+        copy = tree(dest)
+        assert len(copy) == len(pairs)
+        assert all(body.startswith(b"first ") for body in copy.values())
+        # The Source deletes the second of each pair: the first's file stays.
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                {"loc": b + second, "change": "deleted", "datetime": "2024-01-02T00:00:00Z"}
+                for _, second in pairs
+            ],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert tree(dest) == copy, summary
+        assert _set(summary)["deleted"] == 0

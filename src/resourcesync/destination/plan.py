@@ -26,7 +26,7 @@ from .discover import SetInfo
 from .mirror import UnsafePath
 from .options import Run
 from .report import SetReport
-from .state import Cursor
+from .state import Cursor, path_key
 
 __all__ = ["Plan", "Planner", "same"]
 
@@ -49,8 +49,10 @@ class Plan:
             "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT, sig TEXT)"
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
         db.execute("DELETE FROM plan")
         db.execute("DELETE FROM seen")
+        db.execute("DELETE FROM claims")
         self.batch: list[tuple[Any, ...]] = []
 
     def add(
@@ -95,6 +97,15 @@ class Plan:
                 self.batch,
             )
             self.batch.clear()
+
+    def claim(self, key: str, uri: str) -> str | None:
+        """Claim a local path (by `path_key`) for `uri` in this run; the URI that claimed it
+        first when that is another."""
+        row = self.db.execute("SELECT uri FROM claims WHERE key = ?", (key,)).fetchone()
+        if row is not None:
+            return None if row[0] == uri else str(row[0])
+        self.db.execute("INSERT INTO claims (key, uri) VALUES (?, ?)", (key, uri))
+        return None
 
     def seen(self, uris: list[str]) -> None:
         self.db.executemany("INSERT OR IGNORE INTO seen (uri) VALUES (?)", [(u,) for u in uris])
@@ -223,6 +234,8 @@ class Planner:
             report.refused += 1
             report.problem(uri, f"refused: {exc.message}")
             return
+        if not self.claim(uri, plan, report):
+            return
         known = self.run.state.known(uri)
         if (
             known is not None
@@ -232,6 +245,25 @@ class Planner:
             report.unchanged += 1
             return
         plan.add(uri, "fetch", res)
+
+    def claim(self, uri: str, plan: Plan, report: SetReport) -> bool:
+        """Whether `uri` may have its local file: no other URI holds it, or claimed it first in
+        this run, under any spelling a file system may take for the same name (`dir/` and
+        `dir/index.html`, `q%3Fx` and `q?x`, NFC and NFD, case). The first owner keeps it; the
+        other is refused and reported (issue 17.6, 17.7)."""
+        key = path_key(self.run.mirror.relpath(uri))
+        other = self.run.state.owner(key)
+        if other is None or other == uri:
+            other = plan.claim(key, uri)
+        if other is None or other == uri:
+            return True
+        report.refused += 1
+        report.problem(
+            uri,
+            f"refused: it maps to the same local file as {other} "
+            f"({self.run.mirror.relpath(uri)}), which keeps it",
+        )
+        return False
 
     def _intact(self, uri: str, path: Path, length: int | None, res: Resource) -> bool:
         """Whether the local file is still what we wrote: its size always; its digest too
@@ -343,6 +375,8 @@ class Planner:
             except UnsafePath as exc:
                 report.refused += 1
                 report.problem(res.loc, f"refused: {exc.message}")
+                continue
+            if res.change != "deleted" and not self.claim(res.loc, plan, report):
                 continue
             action = "delete" if res.change == "deleted" else "fetch"
             plan.add(res.loc, action, res, sig=None if t is not None else undated_sig(res))

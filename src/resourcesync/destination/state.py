@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,7 +23,7 @@ from ..errors import ResourceSyncError
 from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
 
-__all__ = ["Cursor", "DestinationState", "Known"]
+__all__ = ["Cursor", "DestinationState", "Known", "path_key"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -62,6 +63,13 @@ CREATE TABLE IF NOT EXISTS failed (
 """
 
 
+def path_key(path: str) -> str:
+    """What two local paths share when one file system may take them for one file: the same
+    name in NFC and NFD form (macOS), or in another case (macOS, Windows). Two URIs whose
+    paths share a key must not both be written (issue 17.6, 17.7)."""
+    return unicodedata.normalize("NFC", path).casefold()
+
+
 class StateError(ResourceSyncError):
     """The destination's state cannot be used."""
 
@@ -90,6 +98,21 @@ class DestinationState:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.db = connect(path, _SCHEMA, error=StateError)
+        self.db.create_function("path_key", 1, path_key, deterministic=True)
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(resources)")}
+        if "path_key" not in columns:
+            # A state from before collisions were detected: add the key, and fill it in.
+            with self.transaction():
+                self.db.execute("ALTER TABLE resources ADD COLUMN path_key TEXT")
+                self.db.execute("UPDATE resources SET path_key = path_key(path)")
+        self.db.execute("CREATE INDEX IF NOT EXISTS resources_path_key ON resources (path_key)")
+
+    def owner(self, key: str) -> str | None:
+        """The URI whose file has this `path_key`, if any."""
+        row = self.db.execute(
+            "SELECT uri FROM resources WHERE path_key = ? LIMIT 1", (key,)
+        ).fetchone()
+        return row[0] if row else None
 
     def close(self) -> None:
         self.db.close()
@@ -128,7 +151,7 @@ class DestinationState:
         """A resource verified and in place (committed at once)."""
         self.db.execute(
             "INSERT OR REPLACE INTO resources (uri, path, length, hashes, lastmod, etag, "
-            "last_modified, set_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "last_modified, set_key, path_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, path_key(?))",
             (
                 uri,
                 path,
@@ -138,6 +161,7 @@ class DestinationState:
                 etag,
                 last_modified,
                 set_key,
+                path,
             ),
         )
         self.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
@@ -150,7 +174,7 @@ class DestinationState:
         with self.transaction():
             self.db.executemany(
                 "INSERT OR REPLACE INTO resources (uri, path, length, hashes, lastmod, etag, "
-                "last_modified, set_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "last_modified, set_key, path_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, path_key(?))",
                 [
                     (
                         uri,
@@ -161,6 +185,7 @@ class DestinationState:
                         etag,
                         last_modified,
                         set_key,
+                        path,
                     )
                     for uri, path, length, hashes, lastmod, etag, last_modified, set_key in rows
                 ],
