@@ -241,6 +241,7 @@ def test_framework_notifications_announce_new_and_updated_documents(tmp_path: Pa
                     hub=f"{hub_base}/hub",
                     capabilities=("resourcelist", "changelist", "resourcedump"),
                     changelist_max_entries=2,
+                    framework_notification=True,
                 )
             ],
             docs_url="http://example.org/",

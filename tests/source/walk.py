@@ -182,6 +182,7 @@ class Walk:
                     package_size=20_000,
                     max_entries=100,
                     hub=self.hub_url,
+                    framework_notification=True,
                     notification_max_entries=7,
                 )
             ],
@@ -218,6 +219,7 @@ class Walk:
             "1",
             "--hub",
             self.hub_url,
+            "--framework-notification",
         ]
         if age is not None:
             out += ["--changelist-max-age", f"{age}s"]

@@ -63,6 +63,12 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--hidden", is_flag=True, help="Publish hidden files (.name) too."),
         click.option("--hub", help="WebSub hub to send change notifications to."),
         click.option(
+            "--framework-notification",
+            is_flag=True,
+            help="With --hub: also announce new and updated documents on the set's framework "
+            "channel (NAME/framework/, Framework Notification 1.0.1).",
+        ),
+        click.option(
             "--hub-token",
             envvar="RESOURCESYNC_HUB_TOKEN",
             show_envvar=True,
@@ -153,6 +159,7 @@ def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
             hidden=bool(o.get("hidden")),
             hub=o.get("hub"),
             hub_token=o.get("hub_token") or None,
+            framework_notification=bool(o.get("framework_notification")),
             max_entries=o.get("max_entries") or 50_000,
             max_bytes=parse_size(o.get("max_size") or "50M"),
             changelist_max_entries=o.get("changelist_max_entries") or 10_000,

@@ -127,6 +127,9 @@ class SetConfig:
     #: Sent to the hub as `Authorization: Bearer <token>` (a hub started with --token); never
     #: published.
     hub_token: str | None = field(default=None, repr=False)
+    #: Also announce changes to the set's documents on its framework channel (Framework
+    #: Notification 1.0.1), through the same hub.
+    framework_notification: bool = False
     #: Changes per notification payload (larger batches are split in consecutive payloads).
     notification_max_entries: int = 1000
 

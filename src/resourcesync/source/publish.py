@@ -284,7 +284,7 @@ def _publish(
         now = (clock or (lambda: datetime.now(UTC)))()
         for s in config.sets:
             with SetState(config.state / f"{s.name}.sqlite", clock=clock) as state:
-                if s.hub and s.name in framework:
+                if s.hub and s.framework_notification and s.name in framework:
                     events, marks, set_result = framework[s.name]
                     problem = announce_framework(config, s, state, events, marks, now)
                     if problem is not None:
@@ -398,7 +398,7 @@ class _SetPublisher:
     def event(self, capability: str, name: str, change: str, *, index: str | None = None) -> None:
         """Note a change to one of the set's documents for the framework channel (never an
         index: a document under one names it with rel="index")."""
-        if not self.s.hub:
+        if not (self.s.hub and self.s.framework_notification):
             return
         links = [Link(rel="index", href=self.link_url(index))] if index else []
         self.events.append(
@@ -461,13 +461,14 @@ class _SetPublisher:
                     links=[Link(rel="hub", href=self.s.hub)],
                 )
             )
-            entries.append(
-                Resource(
-                    loc=self.config.framework_topic_url(self.s),
-                    capability=Capability.FRAMEWORK_NOTIFICATION,
-                    links=[Link(rel="hub", href=self.s.hub)],
+            if self.s.framework_notification:
+                entries.append(
+                    Resource(
+                        loc=self.config.framework_topic_url(self.s),
+                        capability=Capability.FRAMEWORK_NOTIFICATION,
+                        links=[Link(rel="hub", href=self.s.hub)],
+                    )
                 )
-            )
         links = [Link(rel="up", href=self.config.description_url)]
         if self.s.describedby:
             links.append(Link(rel="describedby", href=self.s.describedby))
@@ -1064,13 +1065,19 @@ def _write_published(
                             "hub": s.hub,
                             "latest": f"{s.name}/change/latest.xml",
                         },
+                    }
+                    if s.hub
+                    else {}
+                ),
+                **(
+                    {
                         "framework_channel": {
                             "topic": config.framework_topic_url(s),
                             "hub": s.hub,
                             "latest": f"{s.name}/framework/latest.xml",
-                        },
+                        }
                     }
-                    if s.hub
+                    if s.hub and s.framework_notification
                     else {}
                 ),
             }
