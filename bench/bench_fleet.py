@@ -158,7 +158,7 @@ def main() -> None:
             print(json.dumps(scheduler_cost(a.registered, pg, redis)), flush=True)
         finally:
             pg.stop()
-            redis.stop()
+            redis.close()
         return
 
     print(
@@ -186,6 +186,8 @@ def main() -> None:
         )
         assert server.stdout and server.stdout.readline().strip() == "ready"
         csv = work / "sources.csv"
+        pg: Postgres | None = None
+        redis: Redis | None = None
         try:
             root = work / "embedded"
             subprocess.run(fleet("import", csv, "--root", root), check=True, capture_output=True)
@@ -219,8 +221,6 @@ def main() -> None:
                 ),
                 flush=True,
             )
-            pg: Postgres | None = None
-            redis: Redis | None = None
             try:
                 pg, redis = Postgres(), Redis()
             except BaseException as exc:  # pytest's skip: the servers are not installed
@@ -274,11 +274,12 @@ def main() -> None:
                     )
             cost = scheduler_cost(a.registered, pg, redis)
             print(json.dumps(cost), flush=True)
+        finally:
+            # Whatever happened, no server is left running and no folder behind.
             if pg:
                 pg.stop()
             if redis:
-                redis.stop()
-        finally:
+                redis.close()
             assert server.stdin
             server.stdin.close()
             server.wait(timeout=30)

@@ -126,6 +126,11 @@ class Redis:
             self.proc.terminate()  # redis writes its append-only file and exits
             self.proc.wait(timeout=30)
 
+    def close(self) -> None:
+        """Stop for good and remove the data folder."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def flush(self) -> None:
         import redis
 

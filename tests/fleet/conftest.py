@@ -25,7 +25,7 @@ def redis_server() -> Iterator[Redis]:
     try:
         yield r
     finally:
-        r.stop()
+        r.close()
 
 
 @pytest.fixture
