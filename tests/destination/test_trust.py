@@ -357,3 +357,22 @@ def test_two_uris_never_share_one_local_file(tmp_path: Path) -> None:
         code, summary = cli_json("sync", b, dest, "--delete")
         assert tree(dest) == copy, summary
         assert _set(summary)["deleted"] == 0
+
+
+def test_a_state_directory_planted_as_a_symlink_stops_the_run(tmp_path: Path) -> None:
+    """`DEST/.resourcesync` as a symbolic link out of DEST: one clear line, exit 2, nothing
+    written outside DEST (issue 17.8)."""
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    (dest / ".resourcesync").symlink_to(outside)
+    with hand_source() as src:
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(src.base, "/a.txt", b"a")], at=AT)
+        for command in ("sync", "audit"):
+            result = cli(command, src.base, dest)
+            assert result.exit_code == 2, result.output
+            assert "symbolic link" in result.stderr and "Traceback" not in result.output
+            assert len(result.stderr.strip().splitlines()) == 1
+        assert list(outside.iterdir()) == []
+        assert not (dest / "a.txt").exists()

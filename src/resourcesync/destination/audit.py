@@ -48,6 +48,7 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
             _expected_state(s, db, client)
         # Every local path accounted for (expected, or already reported as extra).
         db.execute("CREATE TABLE accounted (path TEXT PRIMARY KEY)")
+        mirror.check_state_dir(create=False)
         state_path = mirror.state_dir / STATE_FILE
         if state_path.exists():
             with DestinationState(state_path) as state:

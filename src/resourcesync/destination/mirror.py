@@ -262,6 +262,39 @@ class Mirror:
 
     # -- where a URI lands ------------------------------------------------------------------
 
+    def check_state_dir(self, *, create: bool) -> None:
+        """The state directory must be a real directory inside DEST: a symbolic link planted
+        there would have the state written (or read) elsewhere (issue 17.8). Created when
+        missing and `create` is set."""
+        path = self.state_dir
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            if create and not self.dry_run:
+                try:
+                    os.mkdir(path, 0o755)
+                except OSError as exc:
+                    raise ResourceSyncError(
+                        f"cannot create the state directory {path}: {exc.strerror or exc}",
+                        source=str(path),
+                    ) from None
+            return
+        except OSError as exc:
+            raise ResourceSyncError(
+                f"cannot use the state directory {path}: {exc.strerror or exc}", source=str(path)
+            ) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise ResourceSyncError(
+                f"{path} is a symbolic link (to {os.readlink(path)}): the state must live inside "
+                "DEST; remove the link",
+                source=str(path),
+            )
+        if not stat.S_ISDIR(st.st_mode):
+            raise ResourceSyncError(
+                f"{path} is not a directory: the state must live there; move it away",
+                source=str(path),
+            )
+
     def path_for(self, uri: str) -> Path:
         """The absolute local path of `uri`; raises UnsafePath (see the module docstring)."""
         return self._locate(uri)[0]

@@ -69,6 +69,7 @@ class _Syncer:
         maps = [Mapping(info.base, dest.resolve())] if info.base else []
         maps += [Mapping(p, d.resolve()) for p, d in options.mappings]
         mirror = Mirror(dest, maps, fsync=options.fsync, dry_run=options.dry_run)
+        mirror.check_state_dir(create=True)
         state_path = mirror.state_dir / STATE_FILE
         self._scratch: str | None = None
         if options.dry_run and not state_path.exists():
