@@ -358,6 +358,7 @@ def test_hostile_uris_are_refused_and_nothing_lands_outside_dest(tmp_path: Path)
             "/.well-known/resourcesync",
             "/capabilitylist.xml",
             "/resourcelist.xml",
+            "/changelist.xml",
             "/fine.txt",
             "/",
         }

@@ -143,9 +143,9 @@ def test_a_baseline_taken_before_the_first_change_meets_a_gap_and_baseline_recov
     dest = tmp_path / "dest"
     with simulator(tmp_path, 1, "update") as base:
         code, summary = cli_json("sync", base + "/", dest, "--timeout", "5")
-        assert code == 0, str(summary)
         if _changes(base) != 0:
             pytest.skip("the simulator changed before the baseline was done (a slow machine)")
+        assert code == 0, str(summary)
         _wait_for_changes(base, 1, tmp_path)
         code, summary = cli_json("sync", base + "/", dest, "--delete", "--timeout", "5")
         assert code == 1, str(summary)

@@ -376,3 +376,82 @@ def test_a_state_directory_planted_as_a_symlink_stops_the_run(tmp_path: Path) ->
             assert len(result.stderr.strip().splitlines()) == 1
         assert list(outside.iterdir()) == []
         assert not (dest / "a.txt").exists()
+
+
+def test_audit_reads_the_change_list_archive(tmp_path: Path) -> None:
+    """Changes listed only in a closed Change List that the archive names are part of the
+    Source's state: audit must not call the resources they created extra (issue 10.10)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.files["/b.txt"] = b"b"
+        src.files["/c.txt"] = b"c"
+        day2, day3 = "2024-01-02T00:00:00Z", "2024-01-03T00:00:00Z"
+        src.publish(
+            [entry(b, "/a.txt", b"a")],
+            at=AT,
+            changes=[entry(b, "/c.txt", b"c", change="created", datetime="2024-01-03T12:00:00Z")],
+            changes_from=day3,
+            extra_caps=[{"loc": f"{b}/archive.xml", "capability": "changelist-archive"}],
+        )
+        src.docs["/archive.xml"] = urlset(
+            "changelist-archive",
+            [
+                {"loc": f"{b}/cl1.xml", "from": AT, "until": day2},
+                {"loc": f"{b}/cl2.xml", "from": day2, "until": day3},
+            ],
+        )
+        src.docs["/cl1.xml"] = urlset(
+            "changelist",
+            [entry(b, "/b.txt", b"b", change="created", datetime="2024-01-01T12:00:00Z")],
+            **{"from": AT, "until": day2},
+        )
+        src.docs["/cl2.xml"] = urlset(
+            "changelist",
+            [entry(b, "/a.txt", b"a", change="deleted", datetime="2024-01-02T12:00:00Z")],
+            **{"from": day2, "until": day3},
+        )
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0, summary
+        assert tree(dest) == {"b.txt": b"b", "c.txt": b"c"}
+        code, report = cli_json("audit", b, dest)
+        assert code == 0, report
+        assert (report["expected"], report["extra"], report["missing"]) == (2, 0, 0)
+        # A file the archive's changes deleted is extra when it comes back.
+        (dest / "a.txt").write_bytes(b"a")
+        code, report = cli_json("audit", b, dest)
+        assert code == 1 and report["extra"] == 1, report
+
+
+def test_audit_dates_changes_by_datetime_only(tmp_path: Path) -> None:
+    """A Change List entry with an old `<lastmod>` and no `rs:md@datetime` is a change of
+    unknown time (core 1.1 §7): sync applies it, and audit must expect it rather than skip it
+    as older than the Resource List (issue 10.3, 10.10)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.files["/old.txt"] = b"old"
+        src.publish(
+            [entry(b, "/a.txt", b"a", lastmod="2023-06-01T00:00:00Z")],
+            at=AT,
+            changes=[
+                entry(b, "/old.txt", b"old", change="created", lastmod="2000-01-01T00:00:00Z"),
+                # Older than what the Resource List holds for a.txt: the Resource List wins.
+                entry(b, "/a.txt", b"a", change="deleted", lastmod="2020-01-01T00:00:00Z"),
+            ],
+        )
+        dest.mkdir()
+        code, report = cli_json("audit", b, dest)
+        assert code == 1 and report["missing"] == 2, report
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [entry(b, "/old.txt", b"old", change="created", lastmod="2000-01-01T00:00:00Z")],
+            **{"from": AT},
+        )
+        assert cli("sync", b, dest).exit_code == 0
+        assert tree(dest) == {"a.txt": b"a", "old.txt": b"old"}
+        code, report = cli_json("audit", b, dest)
+        assert code == 0, report
+        assert (report["expected"], report["extra"]) == (2, 0)

@@ -8,7 +8,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from ..sitemap.follow import FOLLOW_INDEX
 from .discover import SetInfo, discover
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import SyncOptions, scoped
+from .plan import change_entries, lists_covering
 from .report import AuditReport
 from .state import DestinationState
 
@@ -42,7 +43,7 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
         db = sqlite3.connect(":memory:")
         db.execute(
             "CREATE TABLE expected (uri TEXT PRIMARY KEY, length INTEGER, hashes TEXT, "
-            "gone INTEGER)"
+            "gone INTEGER, lastmod TEXT)"
         )
         for s in info.sets:
             _expected_state(s, db, client)
@@ -124,6 +125,9 @@ def _local_files(root: Path, state_dir: Path) -> Iterator[Path]:
 
 
 def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any) -> None:
+    """Fill `expected` with the Source's current state: the Resource List at `at`, then every
+    change after `at` in the Change Lists that cover that time — the Change List Archive
+    included (issue 10.10)."""
     url = s.url("resourcelist")
     if url is None:
         raise ReadError(
@@ -131,34 +135,58 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any) -> None:
         )
     at: datetime | None = None
     batch: list[tuple[Any, ...]] = []
+    insert = "INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?, ?)"
     for visit in walk(url, mode=FOLLOW_INDEX, client=client):
         doc = visit.reader.document
         if at is None:
-            at = doc.at
+            at = doc.at or doc.completed
         if doc.index:
             for _ in visit.entries():
                 pass
             continue
         for _, res in visit.entries():
-            batch.append((res.loc, res.length, json.dumps(res.hashes), 0))
+            batch.append((res.loc, res.length, json.dumps(res.hashes), 0, _stamp(res.lastmod)))
             if len(batch) >= 2000:
-                db.executemany("INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?)", batch)
+                db.executemany(insert, batch)
                 batch.clear()
-    db.executemany("INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?)", batch)
+    db.executemany(insert, batch)
     cl = s.url("changelist")
     if cl is None or at is None:
         return
-    # The changes after the Resource List's `at`, applied in order.
-    for visit in walk(cl, mode=FOLLOW_INDEX, client=client):
-        if visit.reader.document.index:
-            for _ in visit.entries():
-                pass
+    lists, gap = lists_covering(client, cl, s, at)
+    if lists is None:
+        raise ReadError(f"cannot tell what the copy should hold: {gap}", source=cl)
+
+    def ignore(uri: str, message: str) -> None:
+        pass
+
+    # The changes after the Resource List's `at`, applied in order. Only `rs:md@datetime`
+    # dates a change (core 1.1 §7): an entry with a `<lastmod>` alone is the resource's
+    # Last-Modified, so it is applied unless what is expected already is newer.
+    for res in change_entries(client, lists, ignore):
+        if res.change is None:
             continue
-        for _, res in visit.entries():
-            t = res.change_time
-            if t is not None and t <= at:
+        if res.datetime is not None:
+            if res.datetime <= at:
                 continue
-            db.execute(
-                "INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?)",
-                (res.loc, res.length, json.dumps(res.hashes), 1 if res.change == "deleted" else 0),
-            )
+        elif res.lastmod is not None:
+            row = db.execute("SELECT lastmod FROM expected WHERE uri = ?", (res.loc,)).fetchone()
+            if row is not None and row[0] is not None and row[0] > _stamp(res.lastmod):
+                continue
+        db.execute(
+            insert,
+            (
+                res.loc,
+                res.length,
+                json.dumps(res.hashes),
+                1 if res.change == "deleted" else 0,
+                _stamp(res.lastmod),
+            ),
+        )
+
+
+def _stamp(t: datetime | None) -> str | None:
+    """A datetime as text that sorts as time does (UTC, fixed width)."""
+    if t is None:
+        return None
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from .options import Run
 from .report import SetReport
 from .state import Cursor, path_key
 
-__all__ = ["Plan", "Planner", "same"]
+__all__ = ["Plan", "Planner", "change_entries", "lists_covering", "same"]
 
 _BATCH = 2000
 #: Documents one walk of an index may read (10,000 parts of 50,000 entries is legitimate).
@@ -304,42 +304,16 @@ class Planner:
                 "the Source offers no Change List to follow (use --baseline)",
                 source=s.capabilitylist,
             )
-        lists = self._lists_covering(url, s, cursor, report)
+        lists = self.covering_lists(url, s, cursor, report)
         if lists is None:
             return cursor
-        return self.changes(self._entries(lists, report), plan, report, cursor)
+        return self.changes(self.entries(lists, report), plan, report, cursor)
 
-    def _entries(self, lists: list[str], report: SetReport) -> Iterator[Resource]:
-        """The entries of the Change Lists in order. An entry that is itself a document (it
-        carries `capability`: WEKO3 lists its daily Change Lists so) is followed as one, never
-        fetched as content (issue 10.4)."""
-        client = self.run.client
-        todo = list(lists)
-        done: set[str] = set()
-        while todo:
-            list_url = todo.pop(0)
-            if list_url in done:
-                continue
-            done.add(list_url)
-            nested: list[str] = []
-            with open_document(list_url, client=client) as reader:
-                reader.document  # noqa: B018
-                for res in reader:
-                    if res.capability is not None:
-                        if res.capability == "changelist":
-                            nested.append(res.loc)
-                        else:
-                            report.problem(
-                                res.loc,
-                                f"a {res.capability} document listed in the Change List "
-                                f"{list_url}: not a change, not fetched",
-                            )
-                        continue
-                    yield res
-                tell_warnings(reader, report)
-            if len(done) + len(nested) > _MAX_LISTS:
-                raise ReadError(f"more than {_MAX_LISTS} Change Lists to follow", source=list_url)
-            todo[:0] = nested
+    def entries(self, lists: list[str], report: SetReport) -> Iterator[Resource]:
+        def warn(reader: DocumentReader) -> None:
+            tell_warnings(reader, report)
+
+        return change_entries(self.run.client, lists, report.problem, warn)
 
     def changes(
         self, entries: Iterable[Resource], plan: Plan, report: SetReport, cursor: Cursor
@@ -402,57 +376,100 @@ class Planner:
             known = state.known(uri)
             if known is not None and same(known.hashes, known.length, res):
                 try:
-                    if mirror.path_for(uri).is_file():
+                    if self._intact(uri, mirror.path_for(uri), known.length, res):
                         plan.keep(uri)
                         report.unchanged += 1
                 except UnsafePath:
                     pass
         return last
 
-    def _lists_covering(
+    def covering_lists(
         self, url: str, s: SetInfo, cursor: Cursor, report: SetReport
     ) -> list[str] | None:
-        """The Change Lists (in order) that together cover everything after the cursor; None
-        when the Source no longer lists some of that time (a gap, reported)."""
-        client = self.run.client
-        candidates: dict[str, tuple[datetime | None, datetime | None]] = {}
-        with open_document(url, client=client) as reader:
-            doc = reader.document
-            if doc.index:
-                for res in reader:
-                    candidates[res.loc] = (res.from_, res.until)
-            else:
-                candidates[url] = (doc.from_, doc.until)
-            archive = doc.link("archives")
+        lists, gap = lists_covering(self.run.client, url, s, cursor.datetime)
+        if gap is not None:
+            report.gap = gap
+        return lists
+
+
+def change_entries(
+    client: Any,
+    lists: list[str],
+    problem: Callable[[str, str], None],
+    warn: Callable[[DocumentReader], None] | None = None,
+) -> Iterator[Resource]:
+    """The entries of the Change Lists in order. An entry that is itself a document (it
+    carries `capability`: WEKO3 lists its daily Change Lists so) is followed as one, never
+    fetched as content (issue 10.4)."""
+    todo = list(lists)
+    done: set[str] = set()
+    while todo:
+        list_url = todo.pop(0)
+        if list_url in done:
+            continue
+        done.add(list_url)
+        nested: list[str] = []
+        with open_document(list_url, client=client) as reader:
+            reader.document  # noqa: B018
+            for res in reader:
+                if res.capability is not None:
+                    if res.capability == "changelist":
+                        nested.append(res.loc)
+                    else:
+                        problem(
+                            res.loc,
+                            f"a {res.capability} document listed in the Change List "
+                            f"{list_url}: not a change, not fetched",
+                        )
+                    continue
+                yield res
+            if warn is not None:
+                warn(reader)
+        if len(done) + len(nested) > _MAX_LISTS:
+            raise ReadError(f"more than {_MAX_LISTS} Change Lists to follow", source=list_url)
+        todo[:0] = nested
+
+
+def lists_covering(
+    client: Any, url: str, s: SetInfo, after: datetime
+) -> tuple[list[str] | None, str | None]:
+    """The Change Lists (in order) that together cover every change after `after`, the
+    Change List Archive included; or (None, why) when the Source no longer lists some of that
+    time (a gap)."""
+    candidates: dict[str, tuple[datetime | None, datetime | None]] = {}
+    with open_document(url, client=client) as reader:
+        doc = reader.document
+        if doc.index:
+            for res in reader:
+                candidates[res.loc] = (res.from_, res.until)
+        else:
+            candidates[url] = (doc.from_, doc.until)
+        archive = doc.link("archives")
+    earliest = min((f for f, _ in candidates.values() if f is not None), default=None)
+    if earliest is None or earliest > after:
+        # Walk back through the Change List Archive.
+        archive_url = archive.href if archive else s.url("changelist-archive")
+        if archive_url:
+            for visit in walk(archive_url, mode=FOLLOW_INDEX, client=client):
+                for _, res in visit.entries():
+                    if not visit.reader.document.index:
+                        candidates.setdefault(res.loc, (res.from_, res.until))
         earliest = min((f for f, _ in candidates.values() if f is not None), default=None)
-        if earliest is None or earliest > cursor.datetime:
-            # Walk back through the Change List Archive.
-            archive_url = archive.href if archive else s.url("changelist-archive")
-            if archive_url:
-                for visit in walk(archive_url, mode=FOLLOW_INDEX, client=client):
-                    for _, res in visit.entries():
-                        if not visit.reader.document.index:
-                            candidates.setdefault(res.loc, (res.from_, res.until))
-            earliest = min((f for f, _ in candidates.values() if f is not None), default=None)
-        if earliest is not None and earliest > cursor.datetime:
-            report.gap = (
-                f"the Source lists changes from {format_w3c(earliest)} on; this copy is at "
-                f"{format_w3c(cursor.datetime)}: the changes between are no longer listed "
-                "(run with --baseline)"
+    if earliest is not None and earliest > after:
+        return None, (
+            f"the Source lists changes from {format_w3c(earliest)} on; this copy is at "
+            f"{format_w3c(after)}: the changes between are no longer listed "
+            "(run with --baseline)"
+        )
+    chosen = [(f, u, loc) for loc, (f, u) in candidates.items() if u is None or u >= after]
+    chosen.sort(key=lambda x: (x[0] is None, x[0] or after))
+    # Consecutive lists must meet: a list ending before the next one starts leaves changes
+    # unlisted (core §12.2: the lists of an index are contiguous) — a gap (issue 10.2).
+    for (_, until, loc), (start, _, next_loc) in itertools.pairwise(chosen):
+        if until is not None and start is not None and until < start:
+            return None, (
+                f"the Change List {loc} ends at {format_w3c(until)} but the next one, "
+                f"{next_loc}, starts at {format_w3c(start)}: the changes between are not "
+                "listed (run with --baseline)"
             )
-            return None
-        chosen = [
-            (f, u, loc) for loc, (f, u) in candidates.items() if u is None or u >= cursor.datetime
-        ]
-        chosen.sort(key=lambda x: (x[0] is None, x[0] or cursor.datetime))
-        # Consecutive lists must meet: a list ending before the next one starts leaves changes
-        # unlisted (core §12.2: the lists of an index are contiguous) — a gap (issue 10.2).
-        for (_, until, loc), (start, _, next_loc) in itertools.pairwise(chosen):
-            if until is not None and start is not None and until < start:
-                report.gap = (
-                    f"the Change List {loc} ends at {format_w3c(until)} but the next one, "
-                    f"{next_loc}, starts at {format_w3c(start)}: the changes between are not "
-                    "listed (run with --baseline)"
-                )
-                return None
-        return [loc for _, _, loc in chosen]
+    return [loc for _, _, loc in chosen], None

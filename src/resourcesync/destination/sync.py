@@ -103,13 +103,30 @@ class _Syncer:
                 state.clear_outstanding(key)
             at = self._plan_baseline(s, key, plan, report)
             new_cursor = Cursor(at) if at is not None else None
+            baseline_at = at
+            cl = s.url("changelist")
+            if new_cursor is not None and cl is not None and report.incomplete is None:
+                # The Resource List is the Source at its `at`; the changes listed after it
+                # bring the copy to the Source's present, in the same run — a baseline that
+                # stopped at `at` would say ok over a copy that is already behind.
+                try:
+                    lists = self.planner.covering_lists(cl, s, new_cursor, report)
+                    if lists is not None:
+                        new_cursor = self.planner.changes(
+                            self.planner.entries(lists, report), plan, report, new_cursor
+                        )
+                except ReadError as exc:
+                    # The copy is brought to the Resource List's time, the cursor stays there
+                    # and the run says it could not go further.
+                    report.gap = f"the changes after the Resource List could not be read: {exc}"
         else:
             report.mode = "incremental"
+            baseline_at = None
             self._seed(plan, key)
             new_cursor = self.planner.incremental(s, key, plan, report, cursor)
             if report.gap is not None:
                 return report
-        self._carry_out(plan, key, report, new_cursor)
+        self._carry_out(plan, key, report, new_cursor, baseline_at)
         return report
 
     def _plan_baseline(
@@ -129,7 +146,12 @@ class _Syncer:
         return self.planner.baseline(s, key, plan, report)
 
     def _carry_out(
-        self, plan: Plan, key: str, report: SetReport, new_cursor: Cursor | None
+        self,
+        plan: Plan,
+        key: str,
+        report: SetReport,
+        new_cursor: Cursor | None,
+        baseline_at: datetime | None = None,
     ) -> None:
         """Fetch and delete as planned (and retry earlier failures, apply pending deletions
         when asked), then move the cursor."""
@@ -143,11 +165,7 @@ class _Syncer:
         transfer.remember_undated(key)
         report.pending_deletes = len(state.pending_deletes(key))
         if new_cursor is not None and not self.options.dry_run:
-            state.set_cursor(
-                key,
-                new_cursor,
-                baseline_at=new_cursor.datetime if report.mode == "baseline" else None,
-            )
+            state.set_cursor(key, new_cursor, baseline_at=baseline_at)
         if new_cursor is not None:
             report.cursor = format_w3c(new_cursor.datetime)
 

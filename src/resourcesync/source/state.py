@@ -476,6 +476,16 @@ class SetState:
             deleted(old)
             old = next(old_rows, None)
         flush()
+        if journal and not uris_stable and result.deleted:
+            # The base URL moved, so a URI can leave one key and come to another in the same
+            # run (its old key deleted after the new one was created, in key order): it was
+            # not deleted, and a Destination replaying the Change List must not delete it.
+            gone = self.db.execute(
+                "DELETE FROM changes WHERE run = ? AND change = 'deleted' "
+                "AND uri IN (SELECT uri FROM resources)",
+                (result.run,),
+            ).rowcount
+            result.deleted -= gone
         result.resources = self.count()
         if last_dt[0] is not None and last_dt[0] != self.last_datetime:
             self.put("last_datetime", format_w3c(last_dt[0]))
