@@ -20,6 +20,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
+    from ..destination.report import Action
     from ..destination.sync import SyncOptions, SyncReport
 
 # The engine (httpx, asyncio, SQLite) is imported when a command runs, not when the command
@@ -121,10 +122,30 @@ def _options(**o: Any) -> SyncOptions:
         http=http,
         mappings=_mappings(o.get("maps") or ()),
         set=o.get("set_"),
+        preserve_times=o.get("times", True),
     )
 
 
-def _summary(report: SyncReport) -> None:
+_SIGNS = {"created": "+", "updated": "*", "deleted": "-", "pending": "?"}
+
+
+def _print_action(action: Action, *, dry_run: bool) -> None:
+    """One line per change to the copy: `+ created URI → PATH`, `* updated …`, `- deleted URI`,
+    `? pending URI` (a deletion kept for --delete); `would …` in a dry run."""
+    from ..iri import display_iri
+
+    verb = f"would {action.kind}" if dry_run and action.kind != "pending" else action.kind
+    if action.kind == "pending":
+        verb = "deletion pending (--delete)"
+    line = f"{_SIGNS.get(action.kind, ' ')} {verb} {display_iri(action.uri)}"
+    if action.path is not None and action.kind in ("created", "updated"):
+        line += f" → {action.path}"
+    click.echo(line)
+
+
+def _summary(report: SyncReport, *, quiet: bool = False) -> None:
+    from ..iri import display_iri
+
     for s in report.sets:
         verb = "would fetch" if report.dry_run else "fetched"
         line = (
@@ -139,14 +160,20 @@ def _summary(report: SyncReport) -> None:
             line += f", {s.failed} FAILED"
         if s.refused:
             line += f", {s.refused} refused"
-        click.echo(line, err=True)
+        if not quiet:
+            click.echo(line, err=True)
         if s.gap:
             click.echo(f"resourcesync: {s.name}: gap: {s.gap}", err=True)
+        if s.incomplete:
+            click.echo(f"resourcesync: {s.name}: {s.incomplete}", err=True)
         for p in s.problems[:20]:
-            click.echo(f"resourcesync: {p.uri}: {p.message}", err=True)
+            if quiet and p.message.startswith("warning:"):
+                continue
+            click.echo(f"resourcesync: {display_iri(p.uri)}: {p.message}", err=True)
         if len(s.problems) > 20:
             click.echo(f"resourcesync: … and {len(s.problems) - 20} more problems", err=True)
-    click.echo(f"in {report.seconds:.2f} s", err=True)
+    if not quiet:
+        click.echo(f"in {report.seconds:.2f} s", err=True)
 
 
 @click.command()
@@ -169,6 +196,19 @@ def _summary(report: SyncReport) -> None:
     help="Verify digests the Source gives.",
 )
 @click.option("--fsync", is_flag=True, help="fsync every file (power-loss safety).")
+@click.option(
+    "--times/--no-times",
+    default=True,
+    show_default=True,
+    help="Give each fetched file the Source's <lastmod> as its modification time.",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="List each change to the copy (+ created, * updated, - deleted, ? pending).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option(
     "--follow",
     is_flag=True,
@@ -218,6 +258,8 @@ def sync(
     poll_interval: float,
     verify_timeout: float,
     duration: float | None,
+    verbose: bool,
+    quiet: bool,
     **o: Any,
 ) -> None:
     """Bring DEST in step with SOURCE: a site, a Source Description, a Capability List, a
@@ -229,6 +271,10 @@ def sync(
     from ..destination.sync import sync as run_sync
 
     opts = _options(**o)
+    if (verbose or opts.dry_run) and not as_json and not quiet:
+        # A dry run lists what it would do: that is what it is for (issue 14.8).
+        dry = opts.dry_run
+        opts.on_action = lambda action: _print_action(action, dry_run=dry)
     if follow:
         _follow(
             source,
@@ -243,7 +289,7 @@ def sync(
             verify_timeout,
         )
         return
-    if show_progress() and not as_json:
+    if show_progress() and not as_json and not quiet:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
         with Progress(
@@ -265,7 +311,7 @@ def sync(
     if as_json:
         emit_json(report.to_json())
     else:
-        _summary(report)
+        _summary(report, quiet=quiet)
     sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
 
 

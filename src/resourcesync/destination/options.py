@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import httpx
 
     from .mirror import Mirror
+    from .report import Action
     from .state import DestinationState
 
 __all__ = ["Progress", "Run", "SyncOptions", "scoped"]
@@ -39,6 +40,11 @@ class SyncOptions:
     http: HttpOptions = field(default_factory=HttpOptions)
     mappings: list[tuple[str, Path]] = field(default_factory=list)
     set: str | None = None
+    #: Give each fetched file the `<lastmod>` the Source lists as its modification time
+    #: (as resync, `rsync -t` and rclone do).
+    preserve_times: bool = True
+    #: Told of every change made to the copy (or, with --dry-run, that would be made).
+    on_action: Callable[[Action], None] | None = None
 
 
 @dataclass

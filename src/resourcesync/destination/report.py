@@ -5,12 +5,25 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["AuditReport", "Problem", "SetReport", "SyncReport"]
+__all__ = ["Action", "AuditReport", "Problem", "SetReport", "SyncReport"]
 
 #: Examples of each kind kept in an audit report.
 EXAMPLES = 10
 #: Problems kept per set (the counts stay exact beyond it).
 MAX_PROBLEMS = 1000
+#: URIs a dry run lists per kind of action (the counts stay exact beyond it).
+MAX_LISTED = 10_000
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing a run did, or with --dry-run would do, to the copy: `created`, `updated`
+    (a fetch; `path` is where it lands), `deleted`, or `pending` (a deletion kept for a run
+    with --delete)."""
+
+    kind: str
+    uri: str
+    path: str | None = None
 
 
 @dataclass
@@ -39,10 +52,18 @@ class SetReport:
     incomplete: str | None = None
     cursor: str | None = None
     problems: list[Problem] = field(default_factory=list)
+    #: With --dry-run: the URIs each action would touch (`created`, `updated`, `deleted`,
+    #: `pending`), at most MAX_LISTED of each.
+    would: dict[str, list[str]] = field(default_factory=dict)
 
     def problem(self, uri: str, message: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(Problem(uri, message))
+
+    def list_would(self, kind: str, uri: str) -> None:
+        listed = self.would.setdefault(kind, [])
+        if len(listed) < MAX_LISTED:
+            listed.append(uri)
 
 
 @dataclass

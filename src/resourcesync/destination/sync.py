@@ -163,7 +163,8 @@ class _Syncer:
         transfer.delete_all(plan, key, report)
         transfer.keep_all(plan)
         transfer.remember_undated(key)
-        report.pending_deletes = len(state.pending_deletes(key))
+        if not self.options.dry_run:
+            report.pending_deletes = len(state.pending_deletes(key))
         if new_cursor is not None and not self.options.dry_run:
             state.set_cursor(key, new_cursor, baseline_at=baseline_at)
         if new_cursor is not None:

@@ -6,9 +6,11 @@ a verified resource as soon as its batch is written, a failure to be retried by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,7 +21,7 @@ from ..model import Resource
 from .mirror import IntegrityError, UnsafePath
 from .options import Run
 from .plan import Plan, same
-from .report import SetReport
+from .report import Action, SetReport
 
 __all__ = ["POOL", "Transfer"]
 
@@ -38,6 +40,10 @@ class Transfer:
         opts = self.run.options
         if opts.dry_run:
             report.planned = plan.count("fetch")
+            for uri, _ in plan.rows("fetch"):
+                kind = "created" if self.run.state.known(uri) is None else "updated"
+                report.list_would(kind, uri)
+                self._tell(kind, uri)
             return
         total = plan.count("fetch")
         if total == 0:
@@ -132,6 +138,8 @@ class Transfer:
                         async for chunk in aiter_body(response, uri):
                             inc.write(chunk)
                         written = inc.commit()
+                    if self.run.options.preserve_times and res.lastmod is not None:
+                        _set_mtime(written.path, res.lastmod)
                     # Recorded in batches: a run killed before a batch is written fetches those
                     # few again (the files themselves are in place and verified).
                     self._records.append(
@@ -150,6 +158,7 @@ class Transfer:
                         self.flush_records()
                     report.fetched += 1
                     report.bytes += written.length
+                    self._tell("created" if known is None else "updated", uri)
                     return
             except UnsafePath as exc:
                 report.refused += 1
@@ -168,6 +177,15 @@ class Transfer:
         report.problem(uri, last_error)
         state.fail(uri, expected, last_error, key)
 
+    def _tell(self, kind: str, uri: str) -> None:
+        on_action = self.run.options.on_action
+        if on_action is not None:
+            try:
+                path = str(self.run.mirror.relpath(uri))
+            except UnsafePath:
+                path = None
+            on_action(Action(kind, uri, path))
+
     def flush_records(self) -> None:
         records, self._records = self._records, []
         self.run.state.record_many(records)
@@ -179,10 +197,21 @@ class Transfer:
         this copy never held, or whose file was changed since, leaves the file in place and
         is reported (issue 17.10)."""
         opts, mirror, state = self.run.options, self.run.mirror, self.run.state
+        pending = 0
         for uri, res in plan.rows("delete"):
             if not opts.delete:
-                if not opts.dry_run:
+                if state.known(uri) is None:
+                    # Never held here (deleted at the Source before this copy saw it): there
+                    # is nothing to delete, now or later (issue 14.12).
+                    if not opts.dry_run:
+                        state.forget(uri)
+                    continue
+                pending += 1
+                if opts.dry_run:
+                    report.list_would("pending", uri)
+                else:
                     state.pend_delete(uri, res.change_time, key)
+                self._tell("pending", uri)
                 continue
             try:
                 why_not = self._not_ours(uri)
@@ -207,8 +236,14 @@ class Transfer:
                 continue
             if removed:
                 report.deleted += 1
+                if opts.dry_run:
+                    report.list_would("deleted", uri)
+                self._tell("deleted", uri)
             if not opts.dry_run:
                 state.forget(uri)
+        if opts.dry_run:
+            # What this run would leave pending, not what the state held before it.
+            report.pending_deletes = pending
 
     def _not_ours(self, uri: str) -> str | None:
         """Why the file at `uri`'s path must not be deleted, or None when it may be."""
@@ -246,3 +281,11 @@ class Transfer:
                 "FROM plan WHERE sig IS NOT NULL AND uri NOT IN (SELECT uri FROM failed)",
                 (key,),
             )
+
+
+def _set_mtime(path: Path, lastmod: datetime) -> None:
+    """The file's modification time from the Source's `<lastmod>` (best effort: a file system
+    that refuses it keeps the time of the write)."""
+    t = lastmod.timestamp()
+    with contextlib.suppress(OSError):
+        os.utime(path, (t, t))

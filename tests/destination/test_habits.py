@@ -1,0 +1,105 @@
+"""The habits rsync and rclone users bring to `sync` (issue 14 points 8, 11, 12): a dry run
+that lists what it would do and does not contradict itself, modification times from
+`<lastmod>`, no phantom pending deletions after a fresh baseline, `-v` and `-q`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from resourcesync.sitemap import read_document
+from tests.destination.helpers import cli, cli_json, published_source, set_report, tree
+
+
+def _lastmods(out: Path) -> dict[str, float]:
+    _, entries = read_document(out / "set1" / "resourcelist.xml")
+    return {e.loc.rsplit("/", 1)[1]: e.lastmod.timestamp() for e in entries if e.lastmod}
+
+
+def test_dry_run_lists_what_it_would_do_and_agrees_with_itself(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    files = {"a.txt": b"a", "b.txt": b"b", "c.txt": b"c"}
+    with published_source(tmp_path, files) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        (src.data / "a.txt").unlink()
+        (src.data / "b.txt").write_bytes(b"b, changed")
+        (src.data / "new.txt").write_bytes(b"new")
+        src.publish()
+        before = tree(dest)
+        code, summary = cli_json("sync", src.root, dest, "--dry-run", "--delete")
+        s = set_report(summary)
+        assert code == 0, summary
+        assert s["would"] == {
+            "created": [src.root + "new.txt"],
+            "updated": [src.root + "b.txt"],
+            "deleted": [src.root + "a.txt"],
+        }
+        assert (s["deleted"], s["pending_deletes"]) == (1, 0)
+        # Without --delete the deletion would be kept pending: said once, not as deleted.
+        code, summary = cli_json("sync", src.root, dest, "--dry-run")
+        s = set_report(summary)
+        assert (s["deleted"], s["pending_deletes"]) == (0, 1)
+        assert s["would"]["pending"] == [src.root + "a.txt"]
+        result = cli("sync", src.root, dest, "--dry-run", "--delete")
+        lines = result.stdout.splitlines()
+        assert f"+ would created {src.root}new.txt → new.txt" in lines
+        assert f"* would updated {src.root}b.txt → b.txt" in lines
+        assert f"- would deleted {src.root}a.txt" in lines
+        assert tree(dest) == before
+        # The real run does what the dry run said.
+        result = cli("sync", src.root, dest, "--delete", "-v")
+        assert result.exit_code == 0
+        assert sorted(result.stdout.splitlines()) == sorted(
+            [
+                f"+ created {src.root}new.txt → new.txt",
+                f"* updated {src.root}b.txt → b.txt",
+                f"- deleted {src.root}a.txt",
+            ]
+        )
+        assert tree(dest) == tree(src.data)
+
+
+def test_quiet_prints_only_errors(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, {"a.txt": b"a"}) as src:
+        result = cli("sync", src.root, dest, "-q")
+        assert result.exit_code == 0
+        assert (result.stdout, result.stderr) == ("", "")
+        (src.data / "b.txt").write_bytes(b"b")
+        src.publish()
+        (src.out / "set1" / "capabilitylist.xml").unlink()
+        result = cli("sync", src.root, dest, "-q")
+        assert result.exit_code == 2 and result.stderr.strip()
+
+
+def test_modification_times_come_from_lastmod(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_bytes(b"a")
+    os.utime(tmp_path / "data" / "a.txt", (1_000_000_000, 1_000_000_000))
+    with published_source(tmp_path, {"d/b.txt": b"b"}) as src:
+        (src.data / "c.txt").write_bytes(b"c")
+        src.publish()
+        assert cli("sync", src.root, dest).exit_code == 0
+        want = _lastmods(src.out)
+        assert want["a.txt"] == 1_000_000_000
+        for name, rel in (("a.txt", "a.txt"), ("b.txt", "d/b.txt"), ("c.txt", "c.txt")):
+            assert abs((dest / rel).stat().st_mtime - want[name]) < 1e-3, rel
+        other = tmp_path / "other"
+        assert cli("sync", src.root, other, "--no-times").exit_code == 0
+        assert (other / "a.txt").stat().st_mtime > 1_000_000_000 + 86400
+
+
+def test_a_fresh_baseline_leaves_no_phantom_pending_deletions(tmp_path: Path) -> None:
+    """The Source's Change List, replayed after its Resource List, deletes what this copy
+    never held: nothing is pending, now or in the next run (issue 14.12)."""
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, {"a.txt": b"a", "b.txt": b"b"}) as src:
+        (src.data / "b.txt").unlink()
+        (src.data / "c.txt").write_bytes(b"c")
+        src.publish()
+        for _ in range(2):
+            code, summary = cli_json("sync", src.root, dest)
+            assert code == 0, summary
+            assert set_report(summary)["pending_deletes"] == 0, summary
+        assert tree(dest) == {"a.txt": b"a", "c.txt": b"c"}
