@@ -103,3 +103,44 @@ def test_a_fresh_baseline_leaves_no_phantom_pending_deletions(tmp_path: Path) ->
             assert code == 0, summary
             assert set_report(summary)["pending_deletes"] == 0, summary
         assert tree(dest) == {"a.txt": b"a", "c.txt": b"c"}
+
+
+def test_two_syncs_of_one_copy_do_not_run_at_once(tmp_path: Path) -> None:
+    """DEST is locked as `publish` locks OUTDIR (issue 14.13): a second sync stops at once
+    with one line, the first completes, and the lock dies with its holder."""
+    import subprocess
+    import sys
+    import time
+
+    dest = tmp_path / "dest"
+    files = {f"f{i}.txt": b"x" * i for i in range(12)}
+    with published_source(tmp_path, files, delay=0.4) as src:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "resourcesync", "sync", src.root, str(dest), "--transfers", "1"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not list(dest.glob("f*.txt")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert list(dest.glob("f*.txt")), "the first sync never started"
+            result = cli("sync", src.root, dest)
+            assert result.exit_code == 2
+            assert "another sync is running" in result.stderr
+            assert len(result.stderr.strip().splitlines()) == 1
+            assert first.wait(timeout=60) == 0
+        finally:
+            first.kill()
+            first.wait()
+        assert tree(dest) == files
+        # Killed holders leave no lock behind.
+        again = subprocess.Popen(
+            [sys.executable, "-m", "resourcesync", "sync", src.root, str(dest), "--baseline"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(0.5)
+        again.kill()
+        again.wait()
+        assert cli("sync", src.root, dest).exit_code == 0

@@ -33,6 +33,7 @@ from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
 from .discover import SetInfo, SourceInfo, discover
 from .dumps import baseline_from_dumps
+from .lock import CopyLock
 from .mirror import Mapping, Mirror
 from .options import Progress, Run, SyncOptions, scoped
 from .plan import Plan, Planner
@@ -71,21 +72,32 @@ class _Syncer:
         mirror = Mirror(dest, maps, fsync=options.fsync, dry_run=options.dry_run)
         mirror.check_state_dir(create=True)
         state_path = mirror.state_dir / STATE_FILE
+        self._lock = CopyLock(mirror.state_dir, dest)
+        if mirror.state_dir.is_dir():
+            # A dry run on a copy never synced has no state folder, and creates none.
+            self._lock.acquire()
         self._scratch: str | None = None
         if options.dry_run and not state_path.exists():
             # A dry run creates nothing in DEST: a first run is planned on a scratch state.
             self._scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
             state_path = Path(self._scratch) / STATE_FILE
-        self.state = DestinationState(state_path)
+        try:
+            self.state = DestinationState(state_path)
+        except BaseException:
+            self._lock.release()
+            raise
         self.mirror = mirror
         self.run = Run(options, mirror, self.state, make_client(options.http), progress)
         self.planner = Planner(self.run)
 
     def close(self) -> None:
-        self.run.client.close()
-        self.state.close()
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+        try:
+            self.run.client.close()
+            self.state.close()
+            if self._scratch is not None:
+                shutil.rmtree(self._scratch, ignore_errors=True)
+        finally:
+            self._lock.release()
 
     def run_set(self, s: SetInfo) -> SetReport:
         report = SetReport(name=s.name)
