@@ -22,7 +22,19 @@ def spec_example_files() -> list[Path]:
 
 def notification_spec_examples() -> list[tuple[str, bytes]]:
     """The XML examples embedded in the Change Notification spec (name, document bytes)."""
-    path = SPECS / "resourcesync-change-notification-1.0.1.html"
+    return html_spec_examples("resourcesync-change-notification-1.0.1.html", "change-notification")
+
+
+def framework_spec_examples() -> list[tuple[str, bytes]]:
+    """The XML examples embedded in the Framework Notification spec (name, document bytes)."""
+    return html_spec_examples(
+        "resourcesync-framework-notification-1.0.1.html", "framework-notification"
+    )
+
+
+def html_spec_examples(name: str, prefix: str) -> list[tuple[str, bytes]]:
+    """The XML examples embedded in one of the HTML specs (name, document bytes)."""
+    path = SPECS / name
     if not path.is_file():
         return []
     html = path.read_text(encoding="utf-8")
@@ -35,7 +47,7 @@ def notification_spec_examples() -> list[tuple[str, bytes]]:
             start = text.find("<urlset")
         # Examples that elide the document ("<urlset ...") are not documents.
         if start >= 0 and ("</urlset>" in text or "</sitemapindex>" in text):
-            out.append((f"change-notification-pre-{i}", text[start:].strip().encode("utf-8")))
+            out.append((f"{prefix}-pre-{i}", text[start:].strip().encode("utf-8")))
     return out
 
 

@@ -14,7 +14,12 @@ import pytest
 
 from resourcesync.sitemap import Report, validate
 from resourcesync.sitemap.rules import ERROR, WARNING, Finding
-from tests.conftest import needs_specs, notification_spec_examples, spec_example_files
+from tests.conftest import (
+    framework_spec_examples,
+    needs_specs,
+    notification_spec_examples,
+    spec_example_files,
+)
 
 SM = "http://www.sitemaps.org/schemas/sitemap/0.9"
 RS = "http://www.openarchives.org/rs/terms/"
@@ -894,3 +899,30 @@ def test_notification_spec_examples_have_no_errors(name: str, data: bytes) -> No
         ["change-notification"],
         ["capabilitylist"],
     )
+
+
+# -- Framework Notification 1.0.1 ---------------------------------------------------------------
+
+FN = 'capability="framework-notification"'
+
+
+@pytest.mark.parametrize("name,data", framework_spec_examples() or [("none", b"")])
+def test_framework_notification_spec_examples_have_no_errors(name: str, data: bytes) -> None:
+    if not data:
+        pytest.skip("../shared/specs is absent")
+    report = check(data)
+    assert report.errors == [], [str(f) for f in report.findings]
+    # Its entries carry `change` by definition (§4): no warning says otherwise.
+    assert not [f for f in report.findings if "change is not used" in f.message]
+
+
+def test_a_framework_notification_entry_needs_change_and_capability() -> None:
+    good = url(
+        "http://example.com/resourcelist.xml",
+        'change="created" datetime="2013-01-03T00:07:22Z" capability="resourcelist"',
+    )
+    clean(check(doc(FN, good)))
+    no_change = url("http://example.com/resourcelist.xml", 'capability="resourcelist"')
+    only(check(doc(FN, no_change)), ERROR, "needs rs:md change")
+    no_cap = url("http://example.com/resourcelist.xml", 'change="updated"')
+    only(check(doc(FN, no_cap)), ERROR, "needs rs:md capability")

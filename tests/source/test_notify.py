@@ -297,3 +297,42 @@ def test_framework_notifications_announce_new_and_updated_documents(tmp_path: Pa
     assert latest.read_bytes() == hub.framework[-1]
     published = json.loads((tmp_path / "out" / ".resourcesync" / "published.json").read_text())
     assert published["sets"][0]["framework_channel"]["topic"] == channel.loc
+
+
+def test_the_framework_topic_uri_answers_as_the_spec_asks(tmp_path: Path) -> None:
+    """Framework Notification 1.0.1 §5.1: GET and HEAD on the framework channel answer 200,
+    application/xml, with `self` and `hub` links and the latest framework notification; a
+    channel with nothing sent yet answers an empty body (Content-Length: 0) and the links."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    hub = Hub()
+    with serve(hub.app) as hub_base:
+        cfg = PublishConfig(
+            out=tmp_path / "out",
+            sets=[
+                SetConfig(
+                    "set1",
+                    data,
+                    BASE,
+                    hub=f"{hub_base}/hub",
+                    framework_notification=True,
+                )
+            ],
+            docs_url="http://example.org/",
+        )
+        publish(cfg)
+        with serve(create_app(tmp_path / "out")) as site:
+            response = httpx.get(f"{site}/set1/framework/")
+            head = httpx.head(f"{site}/set1/framework/")
+            (tmp_path / "out" / "set1" / "change" / "latest.xml").unlink(missing_ok=True)
+            empty = httpx.get(f"{site}/set1/change/")
+    assert response.status_code == 200 and head.status_code == 200
+    assert response.headers["content-type"].startswith("application/xml")
+    links = response.headers["link"]
+    assert '<http://example.org/set1/framework/>; rel="self"' in links
+    assert f'<{hub_base}/hub>; rel="hub"' in head.headers["link"]
+    doc, _ = read_document(response.content)
+    assert doc.capability == "framework-notification"
+    assert empty.status_code == 200 and empty.headers["content-length"] == "0"
+    assert '<http://example.org/set1/change/>; rel="self"' in empty.headers["link"]

@@ -324,6 +324,15 @@ class DocumentChecker:
                 )
         elif cap in CHANGE_CAPABILITIES:
             self._change_entry(line, res, loc)
+        elif cap == "framework-notification":
+            # Framework Notification 1.0.1 §4: each entry's rs:md has change and capability
+            # (the document that changed and what it is).
+            if res.change is None:
+                self.error("a framework-notification entry needs rs:md change (§4)", line, loc)
+            elif res.change not in CHANGES:
+                self.error(f"change {res.change!r} is not created, updated or deleted", line, loc)
+            if res.capability is None:
+                self.error("a framework-notification entry needs rs:md capability (§4)", line, loc)
         elif cap in _ORDERED_BY_FROM:
             self._ordered(res.from_, line, loc, "Change Lists in an archive")
         elif res.change is not None:

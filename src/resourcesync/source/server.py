@@ -126,6 +126,22 @@ class PublishedSet:
     topic_url: str | None = None
     hub_url: str | None = None
     latest_path: str | None = None
+    #: The framework notification channel (Framework Notification 1.0.1 §5), the same way.
+    framework_topic_url: str | None = None
+    framework_latest_path: str | None = None
+
+    def channel(self, kind: str) -> tuple[str, str, str] | None:
+        """(topic URL, hub URL, latest payload path) of the `change` or `framework` channel."""
+        topic, latest = (
+            (self.topic_url, self.latest_path)
+            if kind == "change"
+            else (self.framework_topic_url, self.framework_latest_path)
+            if kind == "framework"
+            else (None, None)
+        )
+        if topic and latest and self.hub_url:
+            return topic, self.hub_url, latest
+        return None
 
     @property
     def base_path(self) -> tuple[str, ...]:
@@ -192,6 +208,8 @@ def load_publication(path: Path) -> Publication:
                 topic_url=(s.get("channel") or {}).get("topic"),
                 hub_url=(s.get("channel") or {}).get("hub"),
                 latest_path=(s.get("channel") or {}).get("latest"),
+                framework_topic_url=(s.get("framework_channel") or {}).get("topic"),
+                framework_latest_path=(s.get("framework_channel") or {}).get("latest"),
             )
         )
     return Publication(
@@ -820,17 +838,22 @@ class _Endpoints:
         if (
             rel is not None
             and len(rel) == 2
-            and rel[1] == "change"
             and (s := pub.set_named(rel[0])) is not None
-            and s.topic_url
-            and s.latest_path
+            and (channel := s.channel(rel[1])) is not None
         ):
-            # The topic URI (Change Notification §4.1): the latest notification, with the
-            # `self` and `hub` links a subscriber uses to find the hub.
-            found = self.site.locate(docs + s.latest_path.split("/"))
+            # The topic URI (Change Notification §4.1, Framework Notification §5.1): the latest
+            # notification, with the `self` and `hub` links a subscriber uses to find the hub;
+            # before the first one, an empty body (Content-Length: 0), links all the same.
+            topic, hub, latest = channel
+            links = f'<{topic}>; rel="self", <{hub}>; rel="hub"'
+            found = self.site.locate(docs + latest.split("/"))
             if found is None or found.is_dir:
-                return PlainTextResponse(_NOT_FOUND, 404)
-            links = f'<{s.topic_url}>; rel="self", <{s.hub_url}>; rel="hub"'
+                return Response(
+                    b"",
+                    200,
+                    headers={"link": links, "cache-control": "no-cache"},
+                    media_type=XML,
+                )
             return self._file(found, XML, {"link": links, "cache-control": "no-cache"})
         if rel is not None and len(rel) == 1 and (s := pub.set_named(rel[0])) is not None:
             if not trailing:
