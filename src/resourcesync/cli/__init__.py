@@ -1,21 +1,54 @@
-"""The `resourcesync` command: thin click commands over the library."""
+"""The `resourcesync` command: thin click commands over the library.
+
+Each command's module is imported when that command runs (or when the help lists it): a
+command pays at start-up only for what it uses (issue 15.5; `python -X importtime`).
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from .. import __version__
-from .document import cat, validate
-from .fleet import fleet
-from .hub import hub
-from .lirs import antenna, lirs
-from .publish import publish
-from .serve import serve, source
-from .sync import audit, sync
-from .worker import worker
+
+#: Command name → (module under resourcesync.cli, attribute), in the order the help lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("document", "validate"),
+    "cat": ("document", "cat"),
+    "publish": ("publish", "publish"),
+    "serve": ("serve", "serve"),
+    "source": ("serve", "source"),
+    "sync": ("sync", "sync"),
+    "audit": ("sync", "audit"),
+    "hub": ("hub", "hub"),
+    "lirs": ("lirs", "lirs"),
+    "antenna": ("lirs", "antenna"),
+    "fleet": ("fleet", "fleet"),
+    "worker": ("worker", "worker"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _LazyGroup(click.Group):
+    """A group whose commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*COMMANDS, *(n for n in super().list_commands(ctx) if n not in COMMANDS)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = COMMANDS.get(cmd_name)
+        if where is None:
+            return super().get_command(ctx, cmd_name)
+        module = importlib.import_module(f"{__name__}.{where[0]}")
+        command = getattr(module, where[1])
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(
+    cls=_LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="resourcesync")
 def main() -> None:
     """Keep copies of web resources in step with their origin (ResourceSync, ANSI/NISO Z39.99).
@@ -24,18 +57,5 @@ def main() -> None:
     not be read or the command could not run.
     """
 
-
-main.add_command(validate)
-main.add_command(cat)
-main.add_command(publish)
-main.add_command(serve)
-main.add_command(source)
-main.add_command(sync)
-main.add_command(audit)
-main.add_command(hub)
-main.add_command(lirs)
-main.add_command(antenna)
-main.add_command(fleet)
-main.add_command(worker)
 
 __all__ = ["main"]

@@ -1,9 +1,47 @@
-"""The sitemap codec: the one reader, the streaming writer, and the spec's rules."""
+"""The sitemap codec: the one reader, the streaming writer, and the spec's rules.
 
-from .follow import Mapping, Resolver, iter_entries, walk
-from .read import DEFAULT_MAX_BYTES, DocumentReader, open_document, read_document
-from .rules import Finding, Report, validate
-from .write import DocumentWriter, SplitResult, write_document, write_split
+The names below are imported from their modules on first use (PEP 562), so that a command
+that only writes does not load the reader, the rules and lxml (issue 15.5).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .follow import Mapping, Resolver, iter_entries, walk
+    from .read import DEFAULT_MAX_BYTES, DocumentReader, open_document, read_document
+    from .rules import Finding, Report, validate
+    from .write import DocumentWriter, SplitResult, write_document, write_split
+
+_WHERE = {
+    "Mapping": "follow",
+    "Resolver": "follow",
+    "iter_entries": "follow",
+    "walk": "follow",
+    "DEFAULT_MAX_BYTES": "read",
+    "DocumentReader": "read",
+    "open_document": "read",
+    "read_document": "read",
+    "Finding": "rules",
+    "Report": "rules",
+    "validate": "rules",
+    "DocumentWriter": "write",
+    "SplitResult": "write",
+    "write_document": "write",
+    "write_split": "write",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_MAX_BYTES",

@@ -1,0 +1,50 @@
+"""Import structure (issue 15.5): a command loads what it uses, not what the others use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys\nprint('\\n'.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(out.stdout.split())
+
+
+def test_the_command_group_imports_no_command() -> None:
+    loaded = _modules_after("import resourcesync.cli")
+    commands = {m for m in loaded if m.startswith("resourcesync.cli.")}
+    assert commands == set(), commands
+    assert not {"httpx", "lxml.etree", "resourcesync.sitemap.read"} & loaded
+
+
+def test_the_sitemap_package_loads_its_modules_on_use() -> None:
+    loaded = _modules_after("from resourcesync.sitemap import write_document")
+    assert "resourcesync.sitemap.write" in loaded
+    assert not {"resourcesync.sitemap.rules", "resourcesync.sitemap.read", "lxml.etree"} & loaded
+
+
+def test_publishing_loads_no_http_client_nor_reader() -> None:
+    loaded = _modules_after("import resourcesync.source.publish, resourcesync.cli.publish")
+    assert not {"httpx", "lxml.etree", "resourcesync.sitemap.rules"} & loaded, loaded & {
+        "httpx",
+        "lxml.etree",
+        "resourcesync.sitemap.rules",
+    }
+
+
+def test_every_command_is_listed_and_loads() -> None:
+    from click.testing import CliRunner
+
+    from resourcesync.cli import COMMANDS, main
+
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for name in COMMANDS:
+        assert name in result.output
+        assert CliRunner().invoke(main, [name, "--help"]).exit_code == 0, name
