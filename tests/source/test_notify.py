@@ -242,6 +242,7 @@ def test_framework_notifications_announce_new_and_updated_documents(tmp_path: Pa
                     capabilities=("resourcelist", "changelist", "resourcedump"),
                     changelist_max_entries=2,
                     framework_notification=True,
+                    resourcelist_every="always",
                 )
             ],
             docs_url="http://example.org/",

@@ -47,7 +47,13 @@ def make_tree(root: Path, files: dict[str, bytes]) -> None:
 
 
 def config(tmp_path: Path, **kw: object) -> PublishConfig:
-    set_kw = {"name": "set1", "dir": tmp_path / "data", "base_url": BASE}
+    # A new Resource List after every run with changes (the policy has tests of its own).
+    set_kw = {
+        "name": "set1",
+        "dir": tmp_path / "data",
+        "base_url": BASE,
+        "resourcelist_every": "always",
+    }
     set_kw.update({k: v for k, v in kw.items() if k in SetConfig.__dataclass_fields__})
     return PublishConfig(
         out=tmp_path / "out",

@@ -22,6 +22,7 @@ DOCS = "http://example.org/"
 
 
 def config(tmp_path: Path, **kw: object) -> PublishConfig:
+    kw.setdefault("resourcelist_every", "always")
     return PublishConfig(
         out=tmp_path / "out",
         sets=[SetConfig("set1", tmp_path / "data", BASE, **kw)],  # type: ignore[arg-type]

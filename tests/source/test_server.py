@@ -730,7 +730,9 @@ def test_parse_ranges_unit() -> None:
 def _publish_config(data: Path, out: Path, base: str) -> PublishConfig:
     return PublishConfig(
         out=out,
-        sets=[SetConfig(name="rs", dir=data, base_url=f"{base}/data/")],
+        sets=[
+            SetConfig(name="rs", dir=data, base_url=f"{base}/data/", resourcelist_every="always")
+        ],
     )
 
 

@@ -108,7 +108,7 @@ class Walk:
         self.names = [f"d{i % 4}/f{i:03d}.txt" for i in range(self.initial * 2)]
         for name in self.rng.sample(self.names, self.initial):
             self._write(name)
-        self.policy = (3, None)
+        self.policy: tuple[int, float | None, str] = (3, None, "always")
 
     # -- files -----------------------------------------------------------------------------
 
@@ -165,7 +165,7 @@ class Walk:
     # -- publishing ------------------------------------------------------------------------
 
     def config(self) -> PublishConfig:
-        entries, age = self.policy
+        entries, age, every = self.policy
         return PublishConfig(
             out=self.out,
             sets=[
@@ -184,13 +184,14 @@ class Walk:
                     hub=self.hub_url,
                     framework_notification=True,
                     notification_max_entries=7,
+                    resourcelist_every=every,
                 )
             ],
             docs_url=self.docs,
         )
 
     def args(self) -> list[str]:
-        entries, age = self.policy
+        entries, age, every = self.policy
         out = [
             sys.executable,
             "-m",
@@ -220,6 +221,8 @@ class Walk:
             "--hub",
             self.hub_url,
             "--framework-notification",
+            "--resourcelist-every",
+            every,
         ]
         if age is not None:
             out += ["--changelist-max-age", f"{age}s"]
@@ -229,6 +232,9 @@ class Walk:
         self.policy = (
             self.rng.choice([1, 2, 3, 5, 8, 1000]),
             self.rng.choice([None, None, 0.05, 0.5]),
+            # When a run writes a new Resource List (issue 15.3): every run with changes, after
+            # some changes, after some time, or (the default) hardly ever in a walk.
+            self.rng.choice(["always", "3-changes", "0.2s", "0.5s,4-changes", "1d,10000-changes"]),
         )
 
     def publish_clean(self) -> None:
@@ -310,7 +316,7 @@ class Walk:
             check_change_dumps(self.out, self.docs, NAME, h, replayed=self.dumps_exact)
             self.check_notifications(h)
         if self.settled:
-            assert h.resourcelist[1] == self.files(), "the Resource List is not the files"
+            assert h.current == self.files(), "the Resource List and the changes are not the files"
         return h
 
     def check_notifications(self, h: History) -> None:

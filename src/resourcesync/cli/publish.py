@@ -10,6 +10,7 @@ import click
 
 from ..source.config import (
     CAPABILITIES,
+    DEFAULT_RESOURCELIST_EVERY,
     ConfigError,
     PublishConfig,
     SetConfig,
@@ -100,6 +101,15 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="… or when it has been open this long (e.g. 1d, 6h).",
         ),
         click.option(
+            "--resourcelist-every",
+            default=DEFAULT_RESOURCELIST_EVERY,
+            show_default=True,
+            help="Write a new Resource List (and Resource Dump) once the last one is this old "
+            "(e.g. 6h) or this many changes behind (e.g. 5000-changes), whichever comes first "
+            "(comma-separated); `always`: every run that finds changes. Between them a run "
+            "writes the Change Lists only.",
+        ),
+        click.option(
             "--package-size",
             default="256M",
             show_default=True,
@@ -165,6 +175,7 @@ def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
             changelist_max_entries=o.get("changelist_max_entries") or 10_000,
             changelist_max_age=parse_duration(max_age) if max_age else None,
             package_size=parse_size(o.get("package_size") or "256M"),
+            resourcelist_every=o.get("resourcelist_every", DEFAULT_RESOURCELIST_EVERY),
             keep_resourcelists=o.get("keep_resourcelists", 5),
             keep_resourcedumps=o.get("keep_resourcedumps", 2),
         )

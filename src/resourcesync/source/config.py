@@ -40,6 +40,7 @@ __all__ = [
     "SetConfig",
     "load_config",
     "parse_duration",
+    "parse_every",
     "parse_size",
 ]
 
@@ -84,6 +85,39 @@ def parse_duration(text: str | int | float) -> float:
         raise ConfigError(f"not a duration: {text!r} (e.g. 90s, 15m, 6h, 1d)") from None
 
 
+#: By default a run writes a new Resource List (and Resource Dump) when the last one is a day
+#: old or 10,000 changes behind, whichever comes first: a cron job every few minutes writes
+#: the Change List and its notifications only (issue 15.3).
+DEFAULT_RESOURCELIST_EVERY = "1d,10000-changes"
+
+
+def parse_every(text: str) -> tuple[float | None, int | None]:
+    """`1d`, `5000-changes`, `6h,5000-changes` (whichever comes first), `always` (every run
+    that found changes) → (seconds or None, changes or None)."""
+    seconds: float | None = None
+    changes: int | None = None
+    t = str(text).strip().lower()
+    if t == "always":
+        return None, 1
+    for part in (x.strip() for x in t.split(",")):
+        if part.endswith("-changes") or part.endswith("-change"):
+            try:
+                n = int(part.rpartition("-")[0])
+            except ValueError:
+                n = 0
+            if n < 1:
+                raise ConfigError(f"not a number of changes: {part!r} (e.g. 5000-changes)")
+            changes = n if changes is None else min(changes, n)
+        elif part:
+            d = parse_duration(part)
+            if d < 0:
+                raise ConfigError(f"not a duration: {part!r}")
+            seconds = d if seconds is None else min(seconds, d)
+    if seconds is None and changes is None:
+        raise ConfigError(f"not a policy: {text!r} (e.g. 1d, 5000-changes, 1d,5000-changes)")
+    return seconds, changes
+
+
 def site_root(url: str) -> str:
     """`https://example.org/data/x/` → `https://example.org/`."""
     parts = urlsplit(url)
@@ -116,6 +150,11 @@ class SetConfig:
     changelist_max_age: float | None = None
     #: Resource Dump packages hold at most this many bytes of resources each.
     package_size: int = 256 * 1024 * 1024
+    #: When a run that found changes writes a new Resource List and Resource Dump (the Change
+    #: Lists carry every change meanwhile): see `parse_every`.
+    resourcelist_every: str = DEFAULT_RESOURCELIST_EVERY
+    resourcelist_max_age: float | None = field(init=False, repr=False, default=None)
+    resourcelist_max_changes: int | None = field(init=False, repr=False, default=None)
     #: Earlier Resource Lists kept in the Resource List Archive.
     keep_resourcelists: int = 5
     #: Earlier Resource Dumps kept in the Resource Dump Archive.
@@ -157,6 +196,9 @@ class SetConfig:
             )
         if self.max_entries < 1 or self.max_bytes < 4096:
             raise ConfigError("split limits are too small")
+        self.resourcelist_max_age, self.resourcelist_max_changes = parse_every(
+            self.resourcelist_every
+        )
         if self.changelist_max_entries < 1:
             raise ConfigError("the change list rotation needs at least 1 entry")
         if self.package_size < 1024:
@@ -267,7 +309,7 @@ def _set_from(here: Path, table: dict[str, Any]) -> SetConfig:
     if "dir" not in table or "base_url" not in table:
         raise ConfigError("every [[set]] needs dir and base_url")
     values: dict[str, Any] = {}
-    known = set(SetConfig.__dataclass_fields__)
+    known = {n for n, f in SetConfig.__dataclass_fields__.items() if f.init}
     for key, value in table.items():
         key = _ALIASES.get(key, key).replace("-", "_")
         if key not in known:

@@ -333,12 +333,13 @@ class _SetPublisher:
         settings = json.dumps(
             [s.max_entries, s.max_bytes, s.package_size, self.v, self.url, s.base_url]
         )
+        self.settings_changed = state.get("settings") != settings
         self.redo = (
             scan.changes > 0
             or published is None
             or run is None
             or int(published) < run[0] - 1
-            or state.get("settings") != settings
+            or self.settings_changed
         )
         self._settings = settings
 
@@ -494,7 +495,8 @@ class _SetPublisher:
         The entries were serialized when their resources last changed (state `xml`)."""
         state = self.state
         live = self.path("resourcelist.xml")
-        if self.redo or not live.exists():
+        if self._snapshot_due("resourcelist", "resourcelist.xml"):
+            seq = state.max_seq()
             at = self.scan.started
             completed = self.scan.completed
             name = f"resourcelists/{_stamp(at)}/resourcelist.xml"
@@ -522,6 +524,7 @@ class _SetPublisher:
                 completed=completed,
                 extra=json.dumps({"index": index, "entries": count}),
             )
+            state.put("resourcelist_seq", str(seq))
             self._prune("resourcelist", self.s.keep_resourcelists + 1)
         rows = state.archived("resourcelist")
         current = rows[-1]
@@ -538,6 +541,32 @@ class _SetPublisher:
         index, n = self.split("resourcelist-archive.xml", doc, iter(earlier))
         self.note("resourcelist-archive", "resourcelist-archive.xml", doc, n, index=index)
         self._sweep("resourcelist", "resourcelists")
+
+    def _snapshot_due(self, kind: str, live: str) -> bool:
+        """Whether this run writes a new Resource List (`kind` "resourcelist") or Resource Dump
+        ("resourcedump"): when there is none, when the settings changed, and otherwise by the
+        set's policy (`resourcelist_every`) once something changed since the last one. Between
+        them the last one stays published, with its `at`; the Change Lists carry every change
+        after it, which is all a Destination needs to come to the present (issue 15.3)."""
+        state = self.state
+        if self.settings_changed or not self.path(live).exists() or not state.archived(kind):
+            return True
+        seq = state.get(f"{kind}_seq")
+        if seq is None:
+            # A state from before the policy: as before, a new one after any change.
+            return self.redo
+        behind = state.count_changes(int(seq) + 1)
+        if behind == 0:
+            return False
+        s = self.s
+        if s.resourcelist_max_changes is not None and behind >= s.resourcelist_max_changes:
+            return True
+        at = state.archived(kind)[-1].at
+        return (
+            s.resourcelist_max_age is not None
+            and at is not None
+            and (self.clock() - at).total_seconds() >= s.resourcelist_max_age
+        )
 
     def _prune(self, kind: str, keep: int) -> None:
         """Forget the oldest documents of `kind` past `keep`; their files are removed by
@@ -709,7 +738,8 @@ class _SetPublisher:
 
     def resourcedump(self) -> None:
         state = self.state
-        if self.redo or not self.path("resourcedump.xml").exists():
+        if self._snapshot_due("resourcedump", "resourcedump.xml"):
+            seq = state.max_seq()
             at = self.scan.started
             stamp = _stamp(at)
             folder = f"resourcedumps/{stamp}"
@@ -777,6 +807,7 @@ class _SetPublisher:
                 completed=doc.completed,
                 extra=str(len(entries)),
             )
+            state.put("resourcedump_seq", str(seq))
             self._prune("resourcedump", self.s.keep_resourcedumps + 1)
         rows = state.archived("resourcedump")
         current = rows[-1]

@@ -1,0 +1,157 @@
+"""When a run writes a new Resource List (issue 15.3): `resourcelist_every`. Between two
+Resource Lists the Change Lists carry every change, and the invariant of issue 16 holds: the
+latest Resource List plus the changes after its `at` is the Source now."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from resourcesync.cli import main
+from resourcesync.sitemap import read_document
+from resourcesync.source.config import ConfigError, PublishConfig, SetConfig, parse_every
+from resourcesync.source.publish import publish
+from tests.source.history import Clock, check_history
+
+BASE = "http://example.org/data/"
+DOCS = "http://example.org/"
+
+
+def config(tmp_path: Path, every: str | None = None) -> PublishConfig:
+    kw = {} if every is None else {"resourcelist_every": every}
+    return PublishConfig(
+        out=tmp_path / "out",
+        sets=[
+            SetConfig(
+                "set1",
+                tmp_path / "data",
+                BASE,
+                capabilities=("resourcelist", "changelist", "resourcedump"),
+                **kw,  # type: ignore[arg-type]
+            )
+        ],
+        docs_url=DOCS,
+    )
+
+
+def files(data: Path) -> dict[str, tuple[int, str]]:
+    return {
+        BASE + p.relative_to(data).as_posix(): (len(b), hashlib.md5(b).hexdigest())
+        for p in sorted(data.rglob("*"))
+        if p.is_file()
+        for b in [p.read_bytes()]
+    }
+
+
+def at_of(tmp_path: Path, name: str = "resourcelist.xml") -> object:
+    doc, _ = read_document(tmp_path / "out" / "set1" / name)
+    return doc.at
+
+
+def test_by_default_a_run_with_few_changes_writes_the_change_list_only(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(5):
+        (data / f"f{i}.txt").write_text(f"file {i}")
+    clock = Clock()
+    publish(config(tmp_path), clock=clock)
+    first = at_of(tmp_path)
+    dump = at_of(tmp_path, "resourcedump.xml")
+    (data / "f1.txt").write_text("changed")
+    (data / "f2.txt").unlink()
+    (data / "new.txt").write_text("new")
+    result = publish(config(tmp_path), clock=clock)
+    assert result.sets[0].scan.changes == 3
+    # The Resource List and the Resource Dump stay as they were; the changes are listed.
+    assert at_of(tmp_path) == first and at_of(tmp_path, "resourcedump.xml") == dump
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    assert h.resourcelist[1] != files(data)
+    assert h.current == files(data)
+    assert [c.change for c in h.changes] == ["updated", "deleted", "created"]
+
+
+def test_a_new_resource_list_after_n_changes(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    clock = Clock()
+    publish(config(tmp_path, "3-changes"), clock=clock)
+    first = at_of(tmp_path)
+    (data / "a.txt").write_text("a2")
+    (data / "b.txt").write_text("b")
+    publish(config(tmp_path, "3-changes"), clock=clock)
+    assert at_of(tmp_path) == first
+    (data / "c.txt").write_text("c")
+    publish(config(tmp_path, "3-changes"), clock=clock)
+    # Three changes since the last one: a new Resource List (and Resource Dump), the old one
+    # in the archive, and the count starts again.
+    second = at_of(tmp_path)
+    assert second != first and at_of(tmp_path, "resourcedump.xml") == second
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    assert h.resourcelist[1] == files(data) == h.current
+    assert [t for t, _ in h.archived] == [first]
+    (data / "d.txt").write_text("d")
+    publish(config(tmp_path, "3-changes"), clock=clock)
+    assert at_of(tmp_path) == second
+    assert check_history(tmp_path / "out", DOCS, "set1").current == files(data)
+
+
+def test_a_new_resource_list_once_the_last_one_is_old_and_something_changed(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    clock = Clock()
+    publish(config(tmp_path, "1h"), clock=clock)
+    first = at_of(tmp_path)
+    clock.now += timedelta(hours=2)
+    # Old, but nothing changed: nothing to write.
+    publish(config(tmp_path, "1h"), clock=clock)
+    assert at_of(tmp_path) == first
+    (data / "a.txt").write_text("a2")
+    publish(config(tmp_path, "1h"), clock=clock)
+    assert at_of(tmp_path) != first
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    assert h.resourcelist[1] == files(data) == h.current
+
+
+def test_always_writes_a_resource_list_after_every_change(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    clock = Clock()
+    publish(config(tmp_path, "always"), clock=clock)
+    first = at_of(tmp_path)
+    (data / "a.txt").write_text("a2")
+    publish(config(tmp_path, "always"), clock=clock)
+    assert at_of(tmp_path) != first
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("always", (None, 1)),
+        ("1d", (86400.0, None)),
+        ("500-changes", (None, 500)),
+        ("6h, 5000-changes", (21600.0, 5000)),
+    ],
+)
+def test_policies_are_read(text: str, expected: tuple[float | None, int | None]) -> None:
+    assert parse_every(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "soon", "0-changes", "x-changes", "-1h"])
+def test_a_policy_that_means_nothing_is_refused(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_every(text)
+    (tmp_path / "data").mkdir()
+    args = ["publish", str(tmp_path / "data"), "--base-url", BASE, "--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(main, [*args, "--resourcelist-every", text])
+    assert result.exit_code == 2, result.output
+    assert "not a" in result.output
+    assert not (tmp_path / "o").exists()
