@@ -12,10 +12,12 @@ import contextlib
 import email.utils
 import functools
 import importlib.util
+import logging
 import os
 import random
 import ssl
 import time
+import zlib
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,13 +29,20 @@ from . import __version__
 from .errors import FetchError
 
 __all__ = [
+    "DEFAULT_DEADLINE",
+    "DEFAULT_MAX_DOCUMENT_SIZE",
+    "DEFAULT_MAX_SIZE",
+    "DEFAULT_MIN_RATE",
     "USER_AGENT",
     "AsyncClient",
+    "BodyRefused",
     "Client",
     "HttpOptions",
     "RetryPolicy",
+    "Unreachable",
     "aiter_body",
     "iter_body",
+    "limit_body",
     "make_async_client",
     "make_client",
     "open_stream",
@@ -45,6 +54,36 @@ __all__ = [
 
 USER_AGENT = f"resourcesync/{__version__} (+https://pypi.org/project/resourcesync/)"
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+#: The most a resource or a dump package may be when nothing declares its length (`--max-size`).
+DEFAULT_MAX_SIZE = 1 << 30
+#: The most a document (Resource List, Change List, index, LIRS file…) may be, decoded
+#: (`--max-document-size`).
+DEFAULT_MAX_DOCUMENT_SIZE = 256 << 20
+#: Seconds one transfer may take, from the request to the body's last byte (`--deadline`).
+DEFAULT_DEADLINE = 3600.0
+#: Bytes per second a transfer must keep up over each `rate_window` (`--min-rate`).
+DEFAULT_MIN_RATE = 1024.0
+#: The most a redirect's own body may be (it is read and thrown away).
+MAX_REDIRECT_BODY = 64 << 10
+#: Decoded bytes handed on at once: what a compressed body can cost in memory per transfer.
+PIECE = 1 << 18
+#: Content codings we ask for and decode (streamed, capped); anything else we were not asked
+#: to decode is refused rather than decoded whole.
+_ACCEPT_ENCODING = "gzip, deflate"
+_DECODED = frozenset({"gzip", "x-gzip", "deflate"})
+_REFUSED_CODINGS = frozenset({"br", "zstd", "compress", "x-compress"})
+
+log = logging.getLogger("resourcesync.http")
+
+
+class BodyRefused(httpx.RequestError):
+    """A body abandoned while it was read: larger than its limit or its declared length,
+    slower than the minimum rate, longer than the deadline, or badly encoded. Not retried."""
+
+
+class Unreachable(FetchError):
+    """A request that could not connect to its host, after the retries allowed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +119,14 @@ class HttpOptions:
     #: included.
     scoped_headers: Mapping[str, str] = field(default_factory=dict)
     scoped_hosts: frozenset[str] = frozenset()
+    #: Limits on what one response may cost (issue 17.1–17.3): the decoded size of a
+    #: resource or package with no declared length, of a document, the seconds from request
+    #: to last byte, and the bytes per second required over every `rate_window` seconds.
+    max_size: int = DEFAULT_MAX_SIZE
+    max_document_size: int = DEFAULT_MAX_DOCUMENT_SIZE
+    deadline: float = DEFAULT_DEADLINE
+    min_rate: float = DEFAULT_MIN_RATE
+    rate_window: float = 30.0
 
 
 @functools.cache
@@ -96,14 +143,16 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def origin(scheme: str, host: str, port: int | None) -> str:
-    """`host` or `host:port` (a default port is left out), lower case: what scoped headers
-    are matched against."""
-    default = {"http": 80, "https": 443}.get(scheme.lower())
+    """`scheme://host` or `scheme://host:port` (a default port is left out), lower case: what
+    scoped headers are matched against. The scheme is part of it: credentials given for
+    https are never sent over plain http (issue 17.13)."""
+    scheme = scheme.lower()
+    default = {"http": 80, "https": 443}.get(scheme)
     host = host.lower()
-    return host if port is None or port == default else f"{host}:{port}"
+    return f"{scheme}://{host}" if port is None or port == default else f"{scheme}://{host}:{port}"
 
 
-def _scope(options: HttpOptions, request: httpx.Request) -> None:
+def _scope(options: HttpOptions, request: httpx.Request, told: set[str]) -> None:
     url = request.url
     allowed = origin(url.scheme, url.host, url.port) in options.scoped_hosts
     for name, value in options.scoped_headers.items():
@@ -111,22 +160,211 @@ def _scope(options: HttpOptions, request: httpx.Request) -> None:
             request.headers[name] = value
         elif name in request.headers:
             del request.headers[name]
+    if not allowed and url.scheme == "http" and options.scoped_headers:
+        secure = origin("https", url.host, None if url.port in (None, 80) else url.port)
+        if secure in options.scoped_hosts and secure not in told:
+            told.add(secure)
+            log.warning(
+                "resourcesync: %s: credentials (--header/--token) given for %s are not sent "
+                "over plain http",
+                url.copy_with(query=None),
+                secure,
+            )
+
+
+def _guard(options: HttpOptions, response: httpx.Response) -> None:
+    """Put the response body behind a `_Guard` (size, deadline, rate, capped decoding)."""
+    started = response.request.extensions.get("resourcesync.started", time.monotonic())
+    codings = [
+        c.strip().lower()
+        for c in response.headers.get_list("content-encoding", split_commas=True)
+        if c.strip() and c.strip().lower() != "identity"
+    ]
+    guard = _Guard(str(response.request.url), codings, options, started)
+    if response.has_redirect_location:
+        guard.cap(MAX_REDIRECT_BODY, "a redirect's body")
+    if codings:
+        # Decoded here, in bounded pieces: httpx would inflate a whole network read at once.
+        del response.headers["content-encoding"]
+    if isinstance(response.stream, httpx.AsyncByteStream):
+        response.stream = _AsyncGuarded(response.stream, guard)
+    elif isinstance(response.stream, httpx.SyncByteStream):
+        response.stream = _SyncGuarded(response.stream, guard)
 
 
 def _hooks(options: HttpOptions, asynchronous: bool) -> dict[str, list[Any]]:
-    if not options.scoped_headers:
-        return {}
+    told: set[str] = set()
+
+    def on_request(request: httpx.Request) -> None:
+        request.extensions["resourcesync.started"] = time.monotonic()
+        if options.scoped_headers:
+            _scope(options, request, told)
+
     if asynchronous:
 
-        async def hook(request: httpx.Request) -> None:
-            _scope(options, request)
+        async def request_hook(request: httpx.Request) -> None:
+            on_request(request)
 
-        return {"request": [hook]}
-    return {"request": [lambda request: _scope(options, request)]}
+        async def response_hook(response: httpx.Response) -> None:
+            _guard(options, response)
+
+        return {"request": [request_hook], "response": [response_hook]}
+    return {"request": [on_request], "response": [lambda response: _guard(options, response)]}
+
+
+class _Inflate:
+    """A gzip or deflate decoder that hands its output on in pieces of at most `PIECE` bytes,
+    so a bomb costs a piece of memory, not its expanded size."""
+
+    def __init__(self, coding: str) -> None:
+        self.coding = coding
+        gzip = coding in ("gzip", "x-gzip")
+        self._raw_fallback = not gzip
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS if gzip else zlib.MAX_WBITS)
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        d = self._d
+        while True:
+            if d.eof:
+                return
+            try:
+                out = d.decompress(data, PIECE)
+            except zlib.error as exc:
+                if self._raw_fallback:
+                    # "deflate" is often sent as a raw deflate stream, without the zlib header.
+                    self._raw_fallback = False
+                    self._d = d = zlib.decompressobj(-zlib.MAX_WBITS)
+                    continue
+                raise BodyRefused(f"cannot decode the {self.coding} body: {exc}") from None
+            self._raw_fallback = False
+            data = d.unconsumed_tail
+            if out:
+                yield out
+            if not data and len(out) < PIECE:
+                return
+
+
+class _Guard:
+    """What one response body may cost: its decoded size (the limit, or the declared length
+    and one byte more), the deadline from the request, and the minimum rate. Checked on every
+    piece that arrives, so a body is abandoned as soon as it goes past one of them."""
+
+    def __init__(self, url: str, codings: list[str], options: HttpOptions, started: float) -> None:
+        self.url = url
+        self.refused = next(
+            (f"Content-Encoding {c} was not asked for" for c in codings if c in _REFUSED_CODINGS),
+            None,
+        )
+        # Content codings are listed in the order they were applied: undone in reverse.
+        self.decoders = [_Inflate(c) for c in reversed(codings) if c in _DECODED]
+        self.limit = options.max_size
+        self.why = f"larger than the {_size(options.max_size)} limit (--max-size)"
+        self.deadline = started + options.deadline if options.deadline > 0 else None
+        self.deadline_seconds = options.deadline
+        self.min_rate = options.min_rate
+        self.window = options.rate_window
+        self.window_start = started
+        self.window_bytes = 0
+        self.size = 0
+
+    def cap(self, limit: int, what: str, option: str = "") -> None:
+        self.limit = limit
+        self.why = f"{what}: larger than {_size(limit)}" + (f" ({option})" if option else "")
+
+    def declare(self, length: int) -> None:
+        """The length the Source declared: one byte more and the body is abandoned."""
+        if length < self.limit:
+            self.limit = length
+            self.why = f"more than the {length} bytes declared"
+
+    def raw(self, data: bytes) -> Iterator[bytes]:
+        if self.refused is not None:
+            raise BodyRefused(self.refused)
+        now = time.monotonic()
+        if self.deadline is not None and now > self.deadline:
+            raise BodyRefused(
+                f"abandoned after {self.deadline_seconds:g} s, the limit for one transfer "
+                "(--deadline)"
+            )
+        self.window_bytes += len(data)
+        elapsed = now - self.window_start
+        if self.min_rate > 0 and elapsed >= self.window:
+            rate = self.window_bytes / elapsed
+            if rate < self.min_rate:
+                raise BodyRefused(
+                    f"abandoned: {rate:.0f} bytes/s over {elapsed:.0f} s, below the minimum "
+                    f"of {self.min_rate:g} bytes/s (--min-rate)"
+                )
+            self.window_start, self.window_bytes = now, 0
+        yield from self._decode(data, 0)
+
+    def _decode(self, data: bytes, level: int) -> Iterator[bytes]:
+        if level == len(self.decoders):
+            self.size += len(data)
+            if self.size > self.limit:
+                raise BodyRefused(f"abandoned: {self.why}")
+            yield data
+            return
+        for piece in self.decoders[level].feed(data):
+            yield from self._decode(piece, level + 1)
+
+    def end(self) -> Iterator[bytes]:
+        """What the decoders still hold once the network body has ended."""
+        for level in range(len(self.decoders)):
+            yield from self._decode(b"", level)
+
+
+class _SyncGuarded(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, guard: _Guard) -> None:
+        self.inner, self.guard = inner, guard
+
+    def __iter__(self) -> Iterator[bytes]:
+        for data in self.inner:
+            yield from self.guard.raw(data)
+        yield from self.guard.end()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _AsyncGuarded(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, guard: _Guard) -> None:
+        self.inner, self.guard = inner, guard
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for data in self.inner:
+            for piece in self.guard.raw(data):
+                yield piece
+        for piece in self.guard.end():
+            yield piece
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << (shift - 4)) == 0:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} bytes"
+
+
+def limit_body(
+    response: httpx.Response, *, limit: int | None = None, declared: int | None = None
+) -> None:
+    """Cap what `response`'s body may be, decoded: `limit` (e.g. the document limit) and the
+    length the Source declared. A response from a client not built here is left as it is."""
+    guard = getattr(response.stream, "guard", None)
+    if not isinstance(guard, _Guard):
+        return
+    if limit is not None:
+        guard.cap(limit, "a document", "--max-document-size")
+    if declared is not None:
+        guard.declare(declared)
 
 
 def _client_kwargs(options: HttpOptions) -> dict[str, object]:
-    headers = {"User-Agent": USER_AGENT, **options.headers}
+    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": _ACCEPT_ENCODING, **options.headers}
     return {
         "verify": _tls_context(),
         "headers": headers,
@@ -197,13 +435,27 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
+def _refused(exc: BodyRefused, url: str) -> FetchError:
+    return FetchError(str(exc), source=url)
+
+
+def _failed(exc: httpx.TransportError, url: str) -> FetchError:
+    reason = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return Unreachable(f"request failed: {reason}", source=url)
+    return FetchError(f"request failed: {reason}", source=url)
+
+
 async def aiter_body(
     response: httpx.Response, url: str, chunk_size: int = 1 << 18
 ) -> AsyncIterator[bytes]:
-    """The body in chunks, asynchronously; a failure half way is a FetchError naming the URL."""
+    """The body in chunks, asynchronously; a failure half way is a FetchError naming the URL
+    (a body past its limits too: see `limit_body`)."""
     try:
         async for chunk in response.aiter_bytes(chunk_size):
             yield chunk
+    except BodyRefused as exc:
+        raise _refused(exc, url) from None
     except httpx.HTTPError as exc:
         reason = str(exc) or type(exc).__name__
         raise FetchError(f"transfer failed: {reason}", source=url) from None
@@ -217,18 +469,39 @@ async def open_stream_async(
     headers: Mapping[str, str] | None = None,
     options: HttpOptions | None = None,
     accept: Collection[int] = (),
+    declared: int | None = None,
 ) -> AsyncIterator[httpx.Response]:
     """The asynchronous `open_stream`: GET `url`, retrying as the policy says, and yield the
-    streaming response once its status is 2xx (or one of `accept`, e.g. 304)."""
+    streaming response once its status is 2xx (or one of `accept`, e.g. 304).
+
+    For resources and packages: the body may be `max_size` bytes decoded, or the `declared`
+    length when it is given (one byte more and it is abandoned); the response must arrive
+    within the deadline."""
     opts = options or options_of(client)
     attempt = 0
+    yielded = False
     while True:
         attempt += 1
         retry_after: float | None = None
         try:
-            async with client.stream("GET", url, headers=headers) as response:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    async with asyncio.timeout(opts.deadline if opts.deadline > 0 else None):
+                        # A Source that trickles its headers is bounded by the deadline too.
+                        response = await stack.enter_async_context(
+                            client.stream("GET", url, headers=headers)
+                        )
+                except TimeoutError:
+                    raise FetchError(
+                        f"no response within {opts.deadline:g} s, the limit for one transfer "
+                        "(--deadline)",
+                        source=url,
+                    ) from None
                 status = response.status_code
                 if 200 <= status < 300 or status in accept:
+                    if declared is not None:
+                        limit_body(response, declared=declared)
+                    yielded = True
                     yield response
                     return
                 retry_after = retry_after_seconds(response.headers.get("Retry-After"))
@@ -236,17 +509,23 @@ async def open_stream_async(
                     raise FetchError(f"HTTP {status} {response.reason_phrase}".rstrip(), source=url)
         except httpx.TooManyRedirects:
             raise FetchError("too many redirects (a redirect loop?)", source=url) from None
+        except BodyRefused as exc:
+            raise _refused(exc, url) from None
         except httpx.TransportError as exc:
+            if yielded:
+                raise  # the caller's reading failed: it is the caller's, not ours to retry
             if attempt > opts.retry.retries:
-                reason = str(exc) or type(exc).__name__
-                raise FetchError(f"request failed: {reason}", source=url) from None
+                raise _failed(exc, url) from None
         await asyncio.sleep(opts.retry.delay(attempt, retry_after))
 
 
 def iter_body(response: httpx.Response, url: str, chunk_size: int = 1 << 18) -> Iterator[bytes]:
-    """The body in chunks; a connection that fails half way is a FetchError naming the URL."""
+    """The body in chunks; a connection that fails half way is a FetchError naming the URL
+    (a body past its limits too: see `limit_body`)."""
     try:
         yield from response.iter_bytes(chunk_size)
+    except BodyRefused as exc:
+        raise _refused(exc, url) from None
     except httpx.HTTPError as exc:
         reason = str(exc) or type(exc).__name__
         raise FetchError(f"transfer failed: {reason}", source=url) from None
@@ -259,16 +538,20 @@ def open_stream(
     client: httpx.Client | None = None,
     options: HttpOptions | None = None,
     headers: Mapping[str, str] | None = None,
+    limit: int | None = None,
 ) -> Iterator[httpx.Response]:
     """GET `url` and yield the streaming response once its status is 2xx.
 
     Retries connection errors, timeouts, 429 and 5xx as the retry policy says (from `options`,
     else from the client's own options), honouring `Retry-After`. Raises FetchError naming the
-    URL when it does not succeed.
+    URL when it does not succeed. For documents: the body may be `limit` bytes decoded (by
+    default the options' `max_document_size`); a failure while the caller reads it is not
+    retried here.
     """
     opts = options or options_of(client)
     own = client is None
     http = client if client is not None else make_client(opts)
+    yielded = False
     try:
         attempt = 0
         while True:
@@ -276,6 +559,8 @@ def open_stream(
             try:
                 with http.stream("GET", url, headers=headers) as response:
                     if 200 <= response.status_code < 300:
+                        limit_body(response, limit=limit or opts.max_document_size)
+                        yielded = True
                         yield response
                         return
                     status = response.status_code
@@ -286,10 +571,13 @@ def open_stream(
                         )
             except httpx.TooManyRedirects:
                 raise FetchError("too many redirects (a redirect loop?)", source=url) from None
+            except BodyRefused as exc:
+                raise _refused(exc, url) from None
             except httpx.TransportError as exc:
+                if yielded:
+                    raise  # the caller's reading failed: it is the caller's, not ours to retry
                 if attempt > opts.retry.retries:
-                    reason = str(exc) or type(exc).__name__
-                    raise FetchError(f"request failed: {reason}", source=url) from None
+                    raise _failed(exc, url) from None
                 retry_after = None
             time.sleep(opts.retry.delay(attempt, retry_after))
     finally:

@@ -49,6 +49,28 @@ def _headers(values: tuple[str, ...], token: str | None) -> dict[str, str]:
     return headers
 
 
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class _Size(click.ParamType[int]):
+    """A size in bytes: `1073741824`, `512K`, `256M`, `1G` (binary multiples)."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
+        unit = text[-1:] if text[-1:] in _UNITS else ""
+        try:
+            n = float(text[: len(text) - len(unit)]) * _UNITS[unit]
+        except ValueError:
+            self.fail(f"a size is a number of bytes, or with K, M, G: not {value!r}", param, ctx)
+        if n < 1:
+            self.fail(f"a size must be at least 1 byte, not {value!r}", param, ctx)
+        return int(n)
+
+
 def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--set", "set_", metavar="NAME|URL", help="Only this resource set."),
@@ -90,6 +112,41 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Request header for the Source's own host (repeatable).",
         ),
         click.option("--token", help="Bearer token for the Source's own host."),
+        click.option(
+            "--max-size",
+            type=_Size(),
+            default="1G",
+            show_default=True,
+            help="Largest resource or dump package whose length is not declared.",
+        ),
+        click.option(
+            "--max-document-size",
+            type=_Size(),
+            default="256M",
+            show_default=True,
+            help="Largest document (list, index, dump), decoded.",
+        ),
+        click.option(
+            "--deadline",
+            type=click.FloatRange(min=1),
+            default=3600.0,
+            show_default=True,
+            help="Seconds one transfer may take, request to last byte.",
+        ),
+        click.option(
+            "--min-rate",
+            type=_Size(),
+            default="1K",
+            show_default=True,
+            help="Bytes per second a transfer must keep up (over each 30 s).",
+        ),
+        click.option(
+            "--max-host-failures",
+            type=click.IntRange(1),
+            default=5,
+            show_default=True,
+            help="Connection failures in a row before a host is given up for the run.",
+        ),
         click.option("--json", "as_json", is_flag=True, help="A JSON summary on stdout."),
     ]
     for option in reversed(options):
@@ -99,7 +156,14 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _options(**o: Any) -> SyncOptions:
     from ..destination.sync import SyncOptions
-    from ..http import HttpOptions, RetryPolicy
+    from ..http import (
+        DEFAULT_DEADLINE,
+        DEFAULT_MAX_DOCUMENT_SIZE,
+        DEFAULT_MAX_SIZE,
+        DEFAULT_MIN_RATE,
+        HttpOptions,
+        RetryPolicy,
+    )
 
     retry = RetryPolicy(retries=o.get("retries", 3))
     http = HttpOptions(
@@ -107,6 +171,10 @@ def _options(**o: Any) -> SyncOptions:
         retry=retry,
         max_connections=max(o.get("transfers", 8) * 2, 10),
         http2=True,
+        max_size=o.get("max_size", DEFAULT_MAX_SIZE),
+        max_document_size=o.get("max_document_size", DEFAULT_MAX_DOCUMENT_SIZE),
+        deadline=o.get("deadline", DEFAULT_DEADLINE),
+        min_rate=o.get("min_rate", DEFAULT_MIN_RATE),
     )
     return SyncOptions(
         delete=bool(o.get("delete")),
@@ -123,6 +191,7 @@ def _options(**o: Any) -> SyncOptions:
         mappings=_mappings(o.get("maps") or ()),
         set=o.get("set_"),
         preserve_times=o.get("times", True),
+        host_failures=o.get("max_host_failures", 5),
     )
 
 

@@ -91,7 +91,7 @@ def _apply_package(
 async def _download(run: Run, package: Resource, target: Path) -> None:
     async with (
         make_async_client(run.options.http) as client,
-        open_stream_async(package.loc, client=client) as response,
+        open_stream_async(package.loc, client=client, declared=package.length) as response,
     ):
         size = 0
         with open(target, "wb") as f:

@@ -43,6 +43,9 @@ class SyncOptions:
     #: Give each fetched file the `<lastmod>` the Source lists as its modification time
     #: (as resync, `rsync -t` and rclone do).
     preserve_times: bool = True
+    #: Connection failures in a row (after retries) after which a host is given up for the
+    #: rest of the run: what is left for it is reported failed, to be retried next run.
+    host_failures: int = 5
     #: Told of every change made to the copy (or, with --dry-run, that would be made).
     on_action: Callable[[Action], None] | None = None
 

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ReadError, ResourceSyncError
-from ..http import aiter_body, make_async_client, open_stream_async
+from ..http import Unreachable, aiter_body, make_async_client, open_stream_async
 from ..model import Resource
 from .mirror import IntegrityError, UnsafePath
 from .options import Run
@@ -51,6 +51,10 @@ class Transfer:
         transfers = asyncio.Semaphore(opts.transfers)
         hosts: dict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(opts.per_host))
         next_slot: dict[str, float] = defaultdict(float)
+        # The circuit breaker (issue 14.3): connection failures in a row per host, and the
+        # resources left undone on each host given up.
+        failures: dict[str, int] = defaultdict(int)
+        given_up: dict[str, int] = {}
         done = 0
         pending: set[asyncio.Task[None]] = set()
         progress = self.run.progress
@@ -59,13 +63,25 @@ class Transfer:
             nonlocal done
             host = urlsplit(uri).netloc.lower()
             async with transfers, hosts[host]:
-                if opts.delay:
-                    now = time.monotonic()
-                    wait = next_slot[host] - now
-                    next_slot[host] = max(now, next_slot[host]) + opts.delay
-                    if wait > 0:
-                        await asyncio.sleep(wait)
-                await self._fetch_one(client, uri, res, key, report)
+                if host in given_up:
+                    given_up[host] += 1
+                    self._give_up(uri, res, key, report, host, opts.host_failures)
+                else:
+                    if opts.delay:
+                        now = time.monotonic()
+                        wait = next_slot[host] - now
+                        next_slot[host] = max(now, next_slot[host]) + opts.delay
+                        if wait > 0:
+                            await asyncio.sleep(wait)
+                    if host in given_up:
+                        given_up[host] += 1
+                        self._give_up(uri, res, key, report, host, opts.host_failures)
+                    elif await self._fetch_one(client, uri, res, key, report):
+                        failures[host] += 1
+                        if failures[host] >= opts.host_failures > 0:
+                            given_up.setdefault(host, 0)
+                    else:
+                        failures[host] = 0
             done += 1
             if progress:
                 progress("fetch", done, total, report.bytes)
@@ -86,6 +102,12 @@ class Transfer:
                 await asyncio.gather(*pending)
         finally:
             self.flush_records()
+            for host, skipped in given_up.items():
+                report.problem(
+                    host,
+                    f"could not connect {opts.host_failures} times in a row: host given up, "
+                    f"{skipped} more resources not fetched (retried by the next run)",
+                )
             for c in clients:
                 await c.aclose()
 
@@ -99,10 +121,21 @@ class Transfer:
             return False
         return not algos or got[1].get(algos[0]) == hashes[algos[0]]
 
+    def _give_up(
+        self, uri: str, res: Resource, key: str, report: SetReport, host: str, n: int
+    ) -> None:
+        """A resource of a host given up: failed, to be retried by the next run."""
+        report.failed += 1
+        expected = {"length": res.length, "hashes": res.hashes}
+        self.run.state.fail(uri, expected, f"not fetched: {host} could not be reached", key)
+
     async def _fetch_one(
         self, client: Any, uri: str, res: Resource, key: str, report: SetReport
-    ) -> None:
+    ) -> bool:
+        """Fetch one resource and record the outcome; True when its host could not be
+        reached (a connection failure, after the retries)."""
         mirror, state = self.run.mirror, self.run.state
+        unreachable = False
         expected = {"length": res.length, "hashes": res.hashes}
         last_error = ""
         for attempt in (1, 2):
@@ -129,7 +162,7 @@ class Transfer:
                         ):
                             report.not_modified += 1
                             state.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
-                            return
+                            return False
                         continue  # the Source says otherwise: fetch it unconditionally
                     hashes = res.hashes if self.run.options.checksum else {}
                     # Written from the event loop: handing small files to worker threads was
@@ -159,16 +192,17 @@ class Transfer:
                     report.fetched += 1
                     report.bytes += written.length
                     self._tell("created" if known is None else "updated", uri)
-                    return
+                    return False
             except UnsafePath as exc:
                 report.refused += 1
                 report.problem(uri, f"refused: {exc.message}")
-                return
+                return False
             except IntegrityError as exc:
                 last_error = exc.message
                 continue  # retried once, then reported; the previous copy stays
             except (ReadError, ResourceSyncError) as exc:
                 last_error = exc.message if isinstance(exc, ResourceSyncError) else str(exc)
+                unreachable = isinstance(exc, Unreachable)
                 break
             except OSError as exc:
                 last_error = f"cannot write: {exc.strerror or exc}"
@@ -176,6 +210,7 @@ class Transfer:
         report.failed += 1
         report.problem(uri, last_error)
         state.fail(uri, expected, last_error, key)
+        return unreachable
 
     def _tell(self, kind: str, uri: str) -> None:
         on_action = self.run.options.on_action

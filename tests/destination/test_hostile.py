@@ -1,0 +1,401 @@
+"""Hostile Sources (issue 17.1–17.3, 17.13, 14.3): a body that never ends, a body that
+trickles, a compression bomb, a redirect that downgrades to plain http, a host that goes away.
+Every server here is bounded in bytes and seconds, so a test that fails fails quickly."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import socket
+import tracemalloc
+import zlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from resourcesync.destination.sync import SyncOptions, sync
+from resourcesync.http import HttpOptions, RetryPolicy, make_client, origin
+from tests.destination.helpers import (
+    STATE,
+    HandSource,
+    cli,
+    cli_json,
+    entry,
+    hand_source,
+    set_report,
+    state_rows,
+    urlset,
+)
+from tests.servers import serve
+
+SET = "capabilitylist.xml"
+FAST = ("--timeout", "2", "--retries", "0")
+MiB = 1 << 20
+
+
+class Endless:
+    """A body that goes on (up to `cap` bytes, so a failing test ends), counting what the
+    server managed to hand to the network."""
+
+    def __init__(self, piece: bytes = b"x" * (64 << 10), cap: int = 64 * MiB, pause: float = 0):
+        self.piece, self.cap, self.pause, self.sent = piece, cap, pause, 0
+
+    async def body(self, request: Request) -> AsyncIterator[bytes]:
+        while self.sent < self.cap:
+            if self.pause:
+                await asyncio.sleep(self.pause)
+            if await request.is_disconnected():
+                return  # the client gave up (the server would write into the void)
+            self.sent += len(self.piece)
+            yield self.piece
+
+    def handler(self, head: bytes = b"", media_type: str = "application/octet-stream") -> Any:
+        async def handle(request: Request) -> Response:
+            async def gen() -> AsyncIterator[bytes]:
+                if head:
+                    yield head
+                async for piece in self.body(request):
+                    yield piece
+
+            return StreamingResponse(gen(), media_type=media_type)
+
+        return handle
+
+
+def files_under(root: Path) -> dict[str, int]:
+    """Every file under `root` (the state folder included) with its size."""
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+
+def problems(summary: dict[str, Any]) -> list[str]:
+    return [p["message"] for p in set_report(summary, SET)["problems"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# 17.1: sizes
+
+
+def test_a_body_that_never_ends_is_abandoned_at_max_size(tmp_path: Path) -> None:
+    """No Content-Length, no length in the list: the body stops at --max-size, nothing
+    partial is left, the run says why and exits 1."""
+    dest = tmp_path / "dest"
+    endless = Endless()
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/endless.bin"] = endless.handler()
+        src.files["/ok.txt"] = b"fine"
+        src.publish([{"loc": b + "/endless.bin"}, entry(b, "/ok.txt", b"fine")])
+        code, summary = cli_json("sync", b + "/", dest, "--max-size", "1M", *FAST)
+    assert code == 1
+    assert any("--max-size" in m for m in problems(summary)), problems(summary)
+    assert not (dest / "endless.bin").exists()
+    assert (dest / "ok.txt").read_bytes() == b"fine"
+    assert not [p for p in files_under(dest) if p.endswith(".part")]
+    # The transfer was given up soon after the limit, not at the end of the 64 MiB.
+    assert endless.sent < 32 * MiB
+
+
+def test_an_endless_dump_package_is_abandoned_at_its_declared_length(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    endless = Endless()
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/dump/part1.zip"] = endless.handler()
+        src.docs["/resourcedump.xml"] = urlset(
+            "resourcedump",
+            [{"loc": b + "/dump/part1.zip", "length": 4096}],
+            at="2024-01-01T00:00:00Z",
+        )
+        src.publish(
+            [],
+            extra_caps=[{"loc": b + "/resourcedump.xml", "capability": "resourcedump"}],
+        )
+        result = cli("sync", b + "/", dest, "--via", "dumps", *FAST)
+    assert result.exit_code == 2, result.output
+    assert "more than the 4096 bytes declared" in result.stderr, result.stderr
+    assert endless.sent < 32 * MiB
+    assert not list((dest / STATE).glob("dump-*"))
+
+
+def test_a_document_that_never_ends_is_abandoned_at_max_document_size(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    endless = Endless(piece=b"<!--" + b"x" * 65000 + b"-->")
+    with hand_source() as src:
+        b = src.base
+        src.publish([])
+        head = urlset("resourcelist", [], at="2024-01-01T00:00:00Z").split(b"</urlset>")[0]
+        src.handlers["/resourcelist.xml"] = endless.handler(head, "application/xml")
+        result = cli("sync", b + "/", dest, "--max-document-size", "1M", *FAST)
+    assert result.exit_code == 2 and "--max-document-size" in result.stderr, result.output
+    assert endless.sent < 32 * MiB
+
+
+# ---------------------------------------------------------------------------------------------
+# 17.2: time
+
+
+def _library_sync(src: HandSource, dest: Path, **http: Any) -> Any:
+    options = SyncOptions(http=HttpOptions(timeout=5, retry=RetryPolicy(retries=0), **http))
+    return sync(src.base + "/", dest, options)
+
+
+@pytest.mark.parametrize(
+    ("limits", "option"),
+    [
+        ({"deadline": 1.0, "min_rate": 0}, "--deadline"),
+        ({"min_rate": 1000, "rate_window": 0.5}, "--min-rate"),
+    ],
+)
+def test_a_trickling_resource_is_abandoned(
+    tmp_path: Path, limits: dict[str, float], option: str
+) -> None:
+    """One byte every 20 ms keeps every read within --timeout; the deadline, or the minimum
+    rate, ends it."""
+    trickle = Endless(piece=b"x", cap=400, pause=0.02)  # 8 s if nothing stops it
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/slow.bin"] = trickle.handler()
+        src.publish([{"loc": b + "/slow.bin"}])
+        report = _library_sync(src, tmp_path / "dest", **limits)
+    (s,) = report.sets
+    assert s.failed == 1
+    assert any(option in p.message for p in s.problems), s.problems
+    assert trickle.sent < 400
+    assert not (tmp_path / "dest" / "slow.bin").exists()
+
+
+def test_a_trickling_resource_list_is_abandoned_at_the_deadline(tmp_path: Path) -> None:
+    trickle = Endless(piece=b" ", cap=400, pause=0.02)
+    with hand_source() as src:
+        src.publish([])
+        body = urlset("resourcelist", [], at="2024-01-01T00:00:00Z")
+        head, tail = body.split(b"</urlset>")
+
+        async def handle(request: Request) -> Response:
+            async def gen() -> AsyncIterator[bytes]:
+                yield head
+                async for piece in trickle.body(request):
+                    yield piece
+                yield b"</urlset>" + tail
+
+            return StreamingResponse(gen(), media_type="application/xml")
+
+        src.handlers["/resourcelist.xml"] = handle
+        with pytest.raises(Exception, match="--deadline"):
+            _library_sync(src, tmp_path / "dest", deadline=1.0, min_rate=0)
+    assert trickle.sent < 400
+
+
+def test_headers_that_trickle_are_abandoned_at_the_deadline(tmp_path: Path) -> None:
+    """A raw socket server that sends its status line and headers a byte at a time."""
+    import threading
+    import time
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+    sent = [0]
+
+    def trickle() -> None:
+        listener.settimeout(10)
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn:
+            head = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"a" * 400
+            for byte in head:
+                if stop.is_set():
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+                sent[0] += 1
+                time.sleep(0.02)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    with hand_source() as src:
+        b = src.base
+        res = f"http://127.0.0.1:{port}/slow.bin"
+        src.publish([{"loc": res}])
+        options = SyncOptions(
+            http=HttpOptions(timeout=5, retry=RetryPolicy(retries=0), deadline=1.0, min_rate=0),
+            mappings=[(f"http://127.0.0.1:{port}/", tmp_path / "dest")],
+        )
+        report = sync(b + "/", tmp_path / "dest", options)
+    stop.set()
+    thread.join(10)
+    listener.close()
+    (s,) = report.sets
+    assert s.failed == 1
+    assert any("--deadline" in p.message for p in s.problems), s.problems
+    assert sent[0] < 400
+
+
+# ---------------------------------------------------------------------------------------------
+# 17.3: compression bombs
+
+
+def _bomb(coding: str, size: int) -> bytes:
+    zeros = b"\0" * size
+    if coding == "gzip":
+        return gzip.compress(zeros, 9)
+    return zlib.compress(zeros, 9)
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_compression_bomb_costs_a_bounded_amount_of_memory(
+    tmp_path: Path, coding: str, declared: bool
+) -> None:
+    """64 MiB of zeros in 64 KiB, sent with Content-Encoding: the resource is listed as 4
+    bytes (or not at all, with --max-size 1 MiB): refused, and the memory it cost is a few
+    pieces of the body, never the bomb's expanded size."""
+    bomb = _bomb(coding, 64 * MiB)
+
+    async def handle(request: Request) -> Response:
+        return Response(bomb, headers={"Content-Encoding": coding})
+
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/bomb.txt"] = handle
+        src.publish([{"loc": b + "/bomb.txt", **({"length": 4} if declared else {})}])
+        options = SyncOptions(http=HttpOptions(retry=RetryPolicy(retries=0), max_size=MiB))
+        tracemalloc.start()
+        try:
+            report = sync(b + "/", tmp_path / "dest", options)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    (s,) = report.sets
+    assert s.failed == 1, s
+    assert peak < 16 * MiB, peak
+    assert not (tmp_path / "dest" / "bomb.txt").exists()
+
+
+def test_a_double_gzip_bomb_in_a_document_is_refused(tmp_path: Path) -> None:
+    """`Content-Encoding: gzip, gzip`: each layer is inflated in bounded pieces."""
+    inner = gzip.compress(b" " * (128 * MiB), 9)
+    bomb = gzip.compress(inner, 9)
+
+    async def handle(request: Request) -> Response:
+        return Response(
+            bomb, media_type="application/xml", headers={"Content-Encoding": "gzip, gzip"}
+        )
+
+    with hand_source() as src:
+        src.publish([])
+        src.handlers["/resourcelist.xml"] = handle
+        options = SyncOptions(http=HttpOptions(retry=RetryPolicy(retries=0), max_document_size=MiB))
+        tracemalloc.start()
+        try:
+            with pytest.raises(Exception, match="--max-document-size"):
+                sync(src.base + "/", tmp_path / "dest", options)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < 16 * MiB, peak
+
+
+def test_gzip_and_deflate_bodies_are_still_decoded(tmp_path: Path) -> None:
+    body = b"hello, " * 1000
+
+    def encoded(coding: str, data: bytes) -> Any:
+        async def handle(request: Request) -> Response:
+            return Response(data, headers={"Content-Encoding": coding})
+
+        return handle
+
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/g.txt"] = encoded("gzip", gzip.compress(body))
+        src.handlers["/z.txt"] = encoded("deflate", zlib.compress(body))
+        raw = zlib.compressobj(wbits=-15)
+        src.handlers["/r.txt"] = encoded("deflate", raw.compress(body) + raw.flush())
+        src.publish([entry(b, f"/{n}.txt", body) for n in "gzr"])
+        code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
+    assert code == 0, summary
+    for n in "gzr":
+        assert (tmp_path / "dest" / f"{n}.txt").read_bytes() == body
+
+
+# ---------------------------------------------------------------------------------------------
+# 17.13: credentials and the scheme
+
+
+def test_credentials_given_for_https_never_go_over_plain_http(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Credentials scoped to https://HOST:PORT are not sent to http://HOST:PORT (an https
+    Source redirecting to plain http on the same host), and that is said once."""
+    seen: list[str | None] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = dict(scope["headers"])
+        seen.append(headers.get(b"authorization", b"").decode() or None)
+        await Response(b"ok")(scope, receive, send)
+
+    with serve(app) as base:
+        port = int(base.rsplit(":", 1)[1])
+        options = HttpOptions(
+            scoped_headers={"Authorization": "Bearer s3cret"},
+            scoped_hosts=frozenset({origin("https", "127.0.0.1", port)}),
+        )
+        with make_client(options) as client, caplog.at_level("WARNING"):
+            client.get(base + "/a")
+            client.get(base + "/b")
+    assert seen == [None, None]
+    said = [r for r in caplog.records if "plain http" in r.getMessage()]
+    assert len(said) == 1
+
+
+def test_origins_differ_by_scheme() -> None:
+    assert origin("https", "Example.org", 443) == "https://example.org"
+    assert origin("http", "example.org", 80) == "http://example.org"
+    assert origin("https", "example.org", None) != origin("http", "example.org", None)
+
+
+# ---------------------------------------------------------------------------------------------
+# 14.3: a host that goes away
+
+
+def _closed_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return int(s.getsockname()[1])
+
+
+def test_a_host_that_refuses_connections_is_given_up(tmp_path: Path) -> None:
+    """60 resources on a host that refuses every connection: after --max-host-failures in a
+    row the rest are not tried; all are failed (retried next run), said once, exit 1."""
+    dest = tmp_path / "dest"
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    with hand_source() as src:
+        src.files["/ok.txt"] = b"fine"
+        res = [{"loc": f"{dead}/r{i:03d}.txt"} for i in range(60)]
+        src.publish([entry(src.base, "/ok.txt", b"fine"), *res])
+        code, summary = cli_json(
+            "sync",
+            src.base + "/",
+            dest,
+            "--map",
+            f"{dead}/={dest}",
+            "--max-host-failures",
+            "3",
+            "--transfers",
+            "1",
+            *FAST,
+        )
+    assert code == 1
+    s = set_report(summary, SET)
+    assert s["failed"] == 60 and s["fetched"] == 1
+    given_up = [m for m in problems(summary) if "given up" in m]
+    assert len(given_up) == 1 and "57 more" in given_up[0], problems(summary)
+    # Per-resource failures are the three attempts that tripped it, not 60.
+    assert sum("request failed" in m for m in problems(summary)) == 3
+    assert len(state_rows(dest, "failed")) == 60
