@@ -76,8 +76,11 @@ BROKEN_CHANGE_LIST = urlset(
     '<rs:md change="moved" datetime="2013-01-02T14:00:00Z"/></url>',
 )
 WARNING_ONLY = urlset(
-    'capability="resourcelist" at="2013-01-03T09:00:00Z"',  # no up link: a warning
-    "<url><loc>http://example.com/res1</loc></url>",
+    # A missing up link is an error since issue 13 (core 1.1 §10.1); changefreq "sometimes"
+    # is outside the Sitemap vocabulary: a warning.
+    'capability="resourcelist" at="2013-01-03T09:00:00Z"',
+    UP,
+    "<url><loc>http://example.com/res1</loc><changefreq>sometimes</changefreq></url>",
 )
 
 
@@ -108,7 +111,7 @@ def test_validate_warnings_only_exits_0(tmp_path: Path) -> None:
     path = write(tmp_path / "rl.xml", WARNING_ONLY)
     result = run("validate", path)
     assert result.exit_code == 0
-    assert f'{path}:3: warning: no <rs:ln rel="up">' in result.stdout
+    assert f"{path}:5: warning: changefreq 'sometimes'" in result.stdout
     assert "0 errors, 1 warnings" in result.stderr
 
 
@@ -150,8 +153,9 @@ def test_validate_unreadable_wins_over_errors(tmp_path: Path) -> None:
 
 def test_validate_errors_only_hides_warnings(tmp_path: Path) -> None:
     broken = urlset(
-        'capability="resourcelist"',  # no at: an error; no up: a warning
-        "<url><loc>http://example.com/res1</loc></url>",
+        'capability="resourcelist"',  # no at: an error
+        UP,
+        "<url><loc>http://example.com/res1</loc><changefreq>sometimes</changefreq></url>",
     )
     path = write(tmp_path / "rl.xml", broken)
     full = run("validate", path)
@@ -196,7 +200,8 @@ def test_validate_json_shape(tmp_path: Path) -> None:
     assert first["line"] == 6
     assert first["entry"] == "http://example.com/res2"
     assert "out of chronological order" in first["message"]
-    assert set(first) == {"level", "message", "source", "line", "entry"}
+    assert first["rule"] == "core-12.1-change-order"  # stable, for scripts to filter on
+    assert set(first) == {"level", "message", "source", "line", "entry", "rule"}
 
 
 def test_validate_json_omits_absent_fields_and_lists_unreadable(tmp_path: Path) -> None:
@@ -207,7 +212,12 @@ def test_validate_json_omits_absent_fields_and_lists_unreadable(tmp_path: Path) 
     assert report["ok"] is False
     assert report["documents"] == []
     assert report["unreadable"] == [
-        {"level": "error", "message": "empty document (no XML)", "source": str(empty)}
+        {
+            "level": "error",
+            "message": "empty document (no XML)",
+            "source": str(empty),
+            "rule": "unreadable",
+        }
     ]
 
 

@@ -93,6 +93,7 @@ def test_we_read_and_validate_what_resync_writes(tmp_path: Path) -> None:
 
     cl = ChangeList()
     cl.md_from = "2024-05-06T00:00:00Z"
+    cl.up = "http://example.com/capabilitylist.xml"  # mandatory (core 1.1 §12.1)
     cl.add(
         ResyncResource(
             uri="http://example.com/x", change="updated", datetime="2024-05-06T10:00:00Z"

@@ -89,14 +89,21 @@ def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command()
 @click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
-@click.option("--follow", is_flag=True, help="Also check the documents these link down to.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object with every finding.")
+@click.option(
+    "--follow/--no-follow",
+    default=None,
+    help="Also check the documents these link down to, each against the entry that lists it "
+    "(default: follow from a Source Description or a Capability List, not from others).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object with every finding (with its rule)."
+)
 @click.option("--errors-only", is_flag=True, help="Do not print warnings.")
 @reading_options
 @handle_errors
 def validate(
     targets: tuple[str, ...],
-    follow: bool,
+    follow: bool | None,
     as_json: bool,
     errors_only: bool,
     maps: tuple[str, ...],
