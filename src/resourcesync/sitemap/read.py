@@ -611,10 +611,20 @@ class DocumentReader:
                 link.extra[key] = value
         return link
 
+    def _repeated_md(self, line: int, loc: str | None) -> None:
+        """A second `<rs:md>` in one entry: its attributes are merged over the first (a
+        `created` may become `deleted`). A problem for the validator, a warning otherwise."""
+        message = "more than one <rs:md> in an entry (the later one's values win)"
+        if self.on_problem is not None:
+            self._problem(message, line, loc)
+        else:
+            self._warn("md-repeated", message, line)
+
     def _entry(self, el: Any, line: int) -> Resource:
         # The hot path: one call per entry, the common fields inline.
         res = Resource(loc="")
         seen_loc = False
+        seen_md = False
         if el.attrib:
             res.attrs.update(el.attrib)
         # el[:] hands over the children as one list: several times cheaper than iterating.
@@ -625,6 +635,9 @@ class DocumentReader:
                 res.loc = text.strip() if text else ""
                 seen_loc = True
             elif tag == RS_MD:
+                if seen_md:
+                    self._repeated_md(child.sourceline, res.loc or None)
+                seen_md = True
                 for key, value in child.items():
                     if key == "hash":
                         res.hashes = self._hashes(
