@@ -589,6 +589,8 @@ class DocumentChecker:
                 self._series.add(res.from_, res.until, line, loc)
         elif res.change is not None:
             self.warning("core-change-not-used", f"change is not used in a {cap}", line, loc)
+            if res.change not in CHANGES:  # the XSD's changeType, wherever it is written
+                self._change_value(res, line, loc, "core-12.1-change", "§12.1")
         if cap == "resourcedump-manifest" and res.path is None:
             self.error(
                 "core-11.2-manifest-path",
