@@ -201,3 +201,19 @@ def test_every_finding_carries_a_rule_id() -> None:
     assert len(report.findings) >= 8
     assert all(f.rule for f in report.findings), [str(f) for f in report.findings]
     assert all("rule" in f.to_json() for f in report.findings)
+
+
+def test_a_framework_notification_validates_without_up_and_with_index_links() -> None:
+    """Framework Notification 1.0.1 §4: up is optional; each entry has change and capability
+    (spec or other-spec values); a document under an index links it with rel=index."""
+    fn = 'capability="framework-notification" from="2013-01-02T00:00:00Z"'
+    index = '<rs:ln rel="index" href="http://example.com/resourcelist-index.xml"/>'
+    entry = url(
+        "http://example.com/resourcelist-3.xml",
+        'change="created" capability="resourcelist" datetime="2013-01-03T00:07:22Z"',
+        index,
+    )
+    clean(check(doc(fn, entry, links=())))
+    other = url("http://example.com/w.xml", 'change="updated" capability="widgetlist"')
+    report = check(doc(fn, other, links=()))
+    assert [(f.level, f.rule) for f in report.findings] == [(WARNING, "fn-4-capability-unknown")]

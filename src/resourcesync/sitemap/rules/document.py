@@ -576,6 +576,14 @@ class DocumentChecker:
             # Framework Notification 1.0.1 §4: each entry's rs:md has change and capability
             # (the document that changed and what it is).
             self._change_value(res, line, loc, "fn-4-change", "§4")
+            if res.capability is not None and res.capability not in CAPABILITIES:
+                # §4: "additional values may be defined in other specifications".
+                self.warning(
+                    "fn-4-capability-unknown",
+                    f"capability {res.capability!r} is not one this validator knows",
+                    line,
+                    loc,
+                )
             if res.capability is None:
                 self.error(
                     "fn-4-capability",
