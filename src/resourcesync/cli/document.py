@@ -96,6 +96,11 @@ def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
     "(default: follow from a Source Description or a Capability List, not from others).",
 )
 @click.option(
+    "--packages",
+    is_flag=True,
+    help="Also download the packages of dumps and check their length, hash and manifest.",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="One JSON object with every finding (with its rule)."
 )
 @click.option("--errors-only", is_flag=True, help="Do not print warnings.")
@@ -104,6 +109,7 @@ def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def validate(
     targets: tuple[str, ...],
     follow: bool | None,
+    packages: bool,
     as_json: bool,
     errors_only: bool,
     maps: tuple[str, ...],
@@ -129,6 +135,7 @@ def validate(
         report = validate_documents(
             list(targets),
             follow=follow,
+            packages=packages,
             resolver=Resolver(_mappings(maps)),
             client=client,
             max_bytes=_size(max_size),

@@ -12,6 +12,7 @@ from ..read import DEFAULT_MAX_BYTES, DocumentReader, ProblemHandler, Source
 from .across import DocInfo, Listed, check_across
 from .document import DocumentChecker
 from .findings import ERROR, WARNING, DocumentSummary, Finding, Report
+from .packages import check_package
 
 __all__ = ["FOLLOWED_BY_DEFAULT", "validate"]
 
@@ -23,6 +24,7 @@ def validate(
     targets: Sequence[Source],
     *,
     follow: bool | None = False,
+    packages: bool = False,
     resolver: Resolver | None = None,
     client: Any = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
@@ -31,7 +33,8 @@ def validate(
 ) -> Report:
     """Validate documents (and, with `follow`, what they link down to, each against the entry
     that listed it). `follow=None` follows from a Source Description or a Capability List and
-    not from other documents.
+    not from other documents. `packages` also fetches the packages of dumps and checks them
+    against the dump (length, hash, manifest).
 
     Unreadable documents (missing, not XML, hostile) are recorded in `report.unreadable` and
     the others are still checked. `on_finding` hears each finding as it is made,
@@ -41,7 +44,7 @@ def validate(
     resolver = resolver or Resolver()
     for target in targets:
         _validate_one(
-            target, report, on_finding, on_unreadable, follow, resolver, client, max_bytes
+            target, report, on_finding, on_unreadable, follow, packages, resolver, client, max_bytes
         )
     return report
 
@@ -68,6 +71,7 @@ def _validate_one(
     on_finding: Callable[[Finding], None] | None,
     on_unreadable: Callable[[Finding], None] | None,
     follow: bool | None,
+    packages: bool,
     resolver: Resolver,
     client: Any,
     max_bytes: int,
@@ -114,11 +118,15 @@ def _validate_one(
             visit._mode = FOLLOW_NONE
         first = False
         following = visit._mode != FOLLOW_NONE
+        doc = reader.document
+        dump = packages and not doc.index and doc.capability in ("resourcedump", "changedump")
         try:
             checker.start(reader)
             position = 0
             for line, res in visit.entries():
                 checker.entry(line, res)
+                if dump:
+                    check_package(reader, res, line, resolver, client, max_bytes, emit)
                 if following:
                     for url in children(reader, res, visit._mode):
                         position += 1
@@ -126,7 +134,6 @@ def _validate_one(
             checker.finish(reader)
         except ReadError as exc:
             unreadable(exc, visit.parent)
-        doc = reader.document
         up = doc.link("up")
         if following or visit.parent is not None:
             docs[reader.name] = DocInfo(
