@@ -231,6 +231,7 @@ class DocumentChecker:
         self._times = (_O, _O, _O, _O)
         self._kind = ""
         self._seen: dict[object, int] | None = None
+        self._by_change = False
         self._series: Series | None = None
         self._cap = ""
 
@@ -299,7 +300,8 @@ class DocumentChecker:
                 line,
             )
         self._check_attributes(doc.md_extra, "rs:md", _MD_ATTRIBUTES, line, None)
-        self._check_links(doc.links, reader.header_lines.get("ln:up", line), None)
+        for ln in doc.links:
+            self._check_links([ln], reader.header_lines.get(f"ln:{ln.rel}", line), None)
         ups = [ln for ln in doc.links if ln.rel == "up"]
         up_line = reader.header_lines.get("ln:up", line)
         if len(ups) > 1:
@@ -333,6 +335,7 @@ class DocumentChecker:
                 )
         if (not doc.index and cap in _UNIQUE_LOC) or cap in _UNIQUE_CHANGE:
             self._seen = {}
+            self._by_change = cap in _UNIQUE_CHANGE
         if doc.index and cap in ("changelist", "changedump"):
             self._series = Series(f"{cap} index", self._series_problem, False)
         elif cap in _ORDERED_BY_FROM:
@@ -521,8 +524,15 @@ class DocumentChecker:
         if not cap:
             return
         seen = self._seen
-        if seen is not None and res.loc and len(seen) < _DUPLICATE_WINDOW:
-            self._duplicate(seen, res, line, loc)
+        if seen is not None and loc is not None:
+            if self._by_change:
+                self._duplicate_change(seen, res, line, loc)
+            else:  # inline: one dict look-up per entry of a Resource List
+                first = seen.get(loc)
+                if first is not None:
+                    self._duplicate(f"<loc> {loc}", first, line, loc)
+                elif len(seen) < _DUPLICATE_WINDOW:
+                    seen[loc] = line
         times = self._times
         if (
             times[2] == _R
@@ -630,28 +640,26 @@ class DocumentChecker:
                 "core-capability-on-entry", f"capability on an entry of a {cap}", line, loc
             )
 
-    def _duplicate(
-        self, seen: dict[object, int], res: Resource, line: int, loc: str | None
+    def _duplicate_change(
+        self, seen: dict[object, int], res: Resource, line: int, loc: str
     ) -> None:
-        if self._cap in _UNIQUE_CHANGE:
-            when = res.datetime if res.datetime is not None else res.lastmod
-            if when is None:
-                return
-            key: object = (res.loc, when)
-            what = f"the same change of {res.loc} at {_fmt(when)}"
-        else:
-            key = res.loc
-            what = f"<loc> {res.loc}"
+        when = res.datetime if res.datetime is not None else res.lastmod
+        if when is None:
+            return
+        key = (loc, when)
         first = seen.get(key)
-        if first is None:
+        if first is not None:
+            self._duplicate(f"the same change of {loc} at {_fmt(when)}", first, line, loc)
+        elif len(seen) < _DUPLICATE_WINDOW:
             seen[key] = line
-        else:
-            self.error(
-                "core-duplicate-entry",
-                f"{what} is listed twice (first on line {first}) in a {self._cap}",
-                line,
-                loc,
-            )
+
+    def _duplicate(self, what: str, first: int, line: int, loc: str) -> None:
+        self.error(
+            "core-duplicate-entry",
+            f"{what} is listed twice (first on line {first}) in a {self._cap}",
+            line,
+            loc,
+        )
 
     def _capability_entry(self, line: int, res: Resource, loc: str | None) -> None:
         c = res.capability
