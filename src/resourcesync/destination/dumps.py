@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import zipfile
+import zlib
 from datetime import datetime
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from .mirror import UnsafePath
 from .options import Run
 from .plan import Plan, Planner, tell_warnings
 from .report import SetReport
+
+#: The largest manifest read from a package (after decompression): about 1,000,000 entries.
+MAX_MANIFEST = 512 * 1024**2
 
 __all__ = ["baseline_from_dumps"]
 
@@ -51,14 +55,26 @@ def _apply_package(
     """Download a package, check it, extract what its manifest lists to safe paths."""
     zpath = work / "package.zip"
     asyncio.run(_download(run, package, zpath))
-    with zipfile.ZipFile(zpath) as zf:
-        try:
-            manifest_bytes = zf.read("manifest.xml")
-        except KeyError:
-            raise ReadError("a dump package without manifest.xml", source=package.loc) from None
-    with open_document(manifest_bytes, name=package.loc + "#manifest.xml") as reader:
-        entries = list(reader)
-        tell_warnings(reader, report)
+    try:
+        with zipfile.ZipFile(zpath) as zf:
+            try:
+                info = zf.getinfo("manifest.xml")
+            except KeyError:
+                raise ReadError(
+                    "a dump package without manifest.xml", source=package.loc
+                ) from None
+            # Read as a stream, capped after decompression: a deflate bomb stops at the cap
+            # instead of inflating in memory (issue 17.4).
+            with (
+                zf.open(info) as member,
+                open_document(
+                    member, name=package.loc + "#manifest.xml", max_bytes=MAX_MANIFEST
+                ) as reader,
+            ):
+                entries = list(reader)
+                tell_warnings(reader, report)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+        raise ReadError(f"not a readable ZIP package: {exc}", source=package.loc) from None
     plan.seen([e.loc for e in entries])
     mirror = run.mirror
     for res, outcome in mirror.extract(zpath, entries):

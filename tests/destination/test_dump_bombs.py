@@ -1,0 +1,80 @@
+"""Dump packages that would blow up in memory (issue 17.4): a deflate-bombed manifest.xml is
+read as a stream, capped after decompression, before the XML reader holds any of it; a
+package that is not a ZIP is refused with one line, never a traceback (issue 10.8's crash)."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from tests.destination.helpers import cli, cli_json, entry, hand_source, md5, tree, urlset
+
+
+def _set(summary: dict[str, Any]) -> dict[str, Any]:
+    return summary["sets"][0]  # type: ignore[no-any-return]
+
+
+def test_a_deflate_bombed_manifest_is_capped_before_parsing(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """17.4: a package whose manifest.xml inflates to far more than any manifest: read as a
+    stream and refused at the cap; the lists are used instead."""
+    import resourcesync.destination.dumps as dumps
+
+    monkeypatch.setattr(dumps, "MAX_MANIFEST", 4 << 20)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        head = b'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+        zf.writestr("manifest.xml", head + b" " * (64 << 20) + b"</urlset>")
+    package = buf.getvalue()
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.files["/package.zip"] = package
+        src.publish(
+            [entry(b, "/a.txt", b"a")],
+            extra_caps=[{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}],
+        )
+        src.docs["/resourcedump.xml"] = urlset(
+            "resourcedump",
+            [{"loc": f"{b}/package.zip", "length": len(package), "md5": md5(package)}],
+            at="2024-01-01T00:00:00Z",
+        )
+        code, summary = cli_json("sync", b, dest)
+        s = _set(summary)
+        assert code == 0 and s["via"] == "lists", summary
+        (problem,) = [p for p in s["problems"] if "dump not usable" in p["message"]]
+        assert "manifest.xml" in problem["message"] and "larger than" in problem["message"]
+        assert tree(dest) == {"a.txt": b"a"}
+
+
+def test_a_package_that_is_not_a_zip_falls_back_to_the_lists(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        junk = b"this is not a zip file at all" * 10
+        src.files["/package.zip"] = junk
+        src.publish(
+            [entry(b, "/a.txt", b"a")],
+            extra_caps=[{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}],
+        )
+        src.docs["/resourcedump.xml"] = urlset(
+            "resourcedump",
+            [{"loc": f"{b}/package.zip", "length": len(junk)}],
+            at="2024-01-01T00:00:00Z",
+        )
+        code, summary = cli_json("sync", b, dest)
+        s = _set(summary)
+        assert code == 0 and s["via"] == "lists", summary
+        (problem,) = [p for p in s["problems"] if "dump not usable" in p["message"]]
+        assert "not a readable ZIP package" in problem["message"]
+        assert tree(dest) == {"a.txt": b"a"}
+        result = cli("sync", b, tmp_path / "strict", "--via", "dumps")
+        assert result.exit_code == 2
+        assert result.stderr.strip() == (
+            f"resourcesync: {b}/package.zip: not a readable ZIP package: File is not a zip file"
+        )
