@@ -190,6 +190,10 @@ def _populate(tmp_path: Path) -> Tree:
     (data / "escdir").symlink_to(tmp_path / "outside", target_is_directory=True)
     (data / "inside").symlink_to(data / "a.txt")
     out.mkdir()
+    # A temporary file of an atomic write beside the Source Description (issue 17.9).
+    (out / ".well-known").mkdir()
+    (out / ".well-known" / ".resourcesync.tmp").write_bytes(SECRET)
+    (out / ".well-known" / "other").write_bytes(SECRET)
     return Tree(out=out, data=data)
 
 
@@ -464,6 +468,11 @@ def test_not_found(tree: Tree) -> None:
         "/.resourcesync/",
         "/articles/.well-known/resourcesync",
         "/.well-known/",
+        # Hidden names under .well-known: only the Source Description is served there (17.9).
+        "/.well-known/.resourcesync.tmp",
+        "/.well-known/%2Eresourcesync.tmp",
+        "/.well-known/.resourcesync.tmp/",
+        "/.well-known/other",
     ):
         r = httpx.get(tree.base + path)
         assert r.status_code == 404, path

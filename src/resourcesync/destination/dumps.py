@@ -60,9 +60,7 @@ def _apply_package(
             try:
                 info = zf.getinfo("manifest.xml")
             except KeyError:
-                raise ReadError(
-                    "a dump package without manifest.xml", source=package.loc
-                ) from None
+                raise ReadError("a dump package without manifest.xml", source=package.loc) from None
             # Read as a stream, capped after decompression: a deflate bomb stops at the cap
             # instead of inflating in memory (issue 17.4).
             with (

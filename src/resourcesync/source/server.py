@@ -348,7 +348,10 @@ class Site:
                 continue
             rel = list(segments[n:])
             if root.kind == "docs":
-                hidden_ok = rel[:1] == [".well-known"] and len(rel) == 2
+                # The one hidden name served from OUTDIR is the Source Description itself;
+                # anything else under .well-known (a temporary file of an atomic write, say)
+                # is refused like every other hidden name (issue 17.9).
+                hidden_ok = rel == [".well-known", "resourcesync"]
             else:
                 hidden_ok = self.hidden
             if not hidden_ok and any(seg.startswith(".") for seg in rel):
