@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import email.utils
 import functools
 import importlib.util
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import httpcore
 import httpx
 
 from . import __version__
@@ -379,12 +381,84 @@ def _client_kwargs(options: HttpOptions) -> dict[str, object]:
     }
 
 
+#: When the response headers being read must have arrived (a synchronous request: `open_stream`
+#: sets it while it waits for them). The asynchronous twin uses `asyncio.timeout`.
+_HEADERS_BY: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "resourcesync_headers_by", default=None
+)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose reads never wait past `_HEADERS_BY`: a Source that trickles its
+    headers a byte at a time is bounded by the deadline, not only by the read timeout."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        by = _HEADERS_BY.get()
+        if by is not None:
+            left = by - time.monotonic()
+            if left <= 0:
+                raise httpcore.ReadTimeout("no response within the deadline (--deadline)")
+            timeout = left if timeout is None else min(timeout, left)
+        return self._inner.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return _DeadlineStream(stream)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
 class Client(httpx.Client):
     """An httpx client that remembers the options it was built with (retry policy included)."""
 
     def __init__(self, options: HttpOptions) -> None:
         super().__init__(**_client_kwargs(options), event_hooks=_hooks(options, asynchronous=False))  # type: ignore[arg-type]
         self.rs_options = options
+        # httpx has no total timeout: the connection pools read through `_DeadlineStream`
+        # (where httpx keeps them is its own business, hence the care).
+        for transport in [self._transport, *self._mounts.values()]:
+            pool = getattr(transport, "_pool", None)
+            backend = getattr(pool, "_network_backend", None)
+            if isinstance(backend, httpcore.NetworkBackend):
+                pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
 
 
 class AsyncClient(httpx.AsyncClient):
@@ -437,6 +511,13 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
 
 def _refused(exc: BodyRefused, url: str) -> FetchError:
     return FetchError(str(exc), source=url)
+
+
+def _late(opts: HttpOptions, url: str) -> FetchError:
+    return FetchError(
+        f"no response within {opts.deadline:g} s, the limit for one transfer (--deadline)",
+        source=url,
+    )
 
 
 def _failed(exc: httpx.TransportError, url: str) -> FetchError:
@@ -492,11 +573,7 @@ async def open_stream_async(
                             client.stream("GET", url, headers=headers)
                         )
                 except TimeoutError:
-                    raise FetchError(
-                        f"no response within {opts.deadline:g} s, the limit for one transfer "
-                        "(--deadline)",
-                        source=url,
-                    ) from None
+                    raise _late(opts, url) from None
                 status = response.status_code
                 if 200 <= status < 300 or status in accept:
                     if declared is not None:
@@ -552,12 +629,19 @@ def open_stream(
     own = client is None
     http = client if client is not None else make_client(opts)
     yielded = False
+    headers_by: float | None = None
     try:
         attempt = 0
         while True:
             attempt += 1
             try:
-                with http.stream("GET", url, headers=headers) as response:
+                with contextlib.ExitStack() as stack:
+                    headers_by = time.monotonic() + opts.deadline if opts.deadline > 0 else None
+                    by = _HEADERS_BY.set(headers_by)
+                    try:
+                        response = stack.enter_context(http.stream("GET", url, headers=headers))
+                    finally:
+                        _HEADERS_BY.reset(by)
                     if 200 <= response.status_code < 300:
                         limit_body(response, limit=limit or opts.max_document_size)
                         yielded = True
@@ -576,6 +660,8 @@ def open_stream(
             except httpx.TransportError as exc:
                 if yielded:
                     raise  # the caller's reading failed: it is the caller's, not ours to retry
+                if headers_by is not None and time.monotonic() >= headers_by:
+                    raise _late(opts, url) from None
                 if attempt > opts.retry.retries:
                     raise _failed(exc, url) from None
                 retry_after = None

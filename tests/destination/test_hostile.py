@@ -5,11 +5,14 @@ Every server here is bounded in bytes and seconds, so a test that fails fails qu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import socket
+import threading
+import time
 import tracemalloc
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from resourcesync.destination.sync import SyncOptions, sync
+from resourcesync.errors import ReadError
 from resourcesync.http import HttpOptions, RetryPolicy, make_client, origin
 from tests.destination.helpers import (
     STATE,
@@ -190,51 +194,65 @@ def test_a_trickling_resource_list_is_abandoned_at_the_deadline(tmp_path: Path) 
     assert trickle.sent < 400
 
 
-def test_headers_that_trickle_are_abandoned_at_the_deadline(tmp_path: Path) -> None:
-    """A raw socket server that sends its status line and headers a byte at a time."""
-    import threading
-    import time
-
+@contextlib.contextmanager
+def trickling_headers() -> Iterator[tuple[str, list[int]]]:
+    """A raw socket server that sends its status line and headers a byte every 20 ms (400
+    bytes at most); yields its base URL and the count of bytes sent."""
     listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
     stop = threading.Event()
     sent = [0]
 
     def trickle() -> None:
         listener.settimeout(10)
-        try:
+        with contextlib.suppress(OSError):
             conn, _ = listener.accept()
-        except OSError:
-            return
-        with conn:
-            head = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"a" * 400
-            for byte in head:
-                if stop.is_set():
-                    return
-                try:
+            with conn:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 400:
+                    if stop.is_set():
+                        return
                     conn.sendall(bytes([byte]))
-                except OSError:
-                    return
-                sent[0] += 1
-                time.sleep(0.02)
+                    sent[0] += 1
+                    time.sleep(0.02)
 
     thread = threading.Thread(target=trickle, daemon=True)
     thread.start()
-    with hand_source() as src:
-        b = src.base
-        res = f"http://127.0.0.1:{port}/slow.bin"
-        src.publish([{"loc": res}])
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", sent
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()
+
+
+def test_headers_that_trickle_are_abandoned_at_the_deadline(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with trickling_headers() as (slow, sent), hand_source() as src:
+        src.publish([{"loc": f"{slow}/slow.bin"}])
         options = SyncOptions(
             http=HttpOptions(timeout=5, retry=RetryPolicy(retries=0), deadline=1.0, min_rate=0),
-            mappings=[(f"http://127.0.0.1:{port}/", tmp_path / "dest")],
+            mappings=[(f"{slow}/", dest)],
         )
-        report = sync(b + "/", tmp_path / "dest", options)
-    stop.set()
-    thread.join(10)
-    listener.close()
+        report = sync(src.base + "/", dest, options)
     (s,) = report.sets
     assert s.failed == 1
     assert any("--deadline" in p.message for p in s.problems), s.problems
+    assert sent[0] < 400
+
+
+def test_a_resource_list_whose_headers_trickle_is_abandoned_at_the_deadline(
+    tmp_path: Path,
+) -> None:
+    """The same on a document (read synchronously): abandoned, and not tried again."""
+    with trickling_headers() as (slow, sent), hand_source() as src:
+        src.publish([])
+        src.docs["/capabilitylist.xml"] = urlset(
+            "capabilitylist", [{"loc": f"{slow}/resourcelist.xml", "capability": "resourcelist"}]
+        )
+        options = SyncOptions(
+            http=HttpOptions(timeout=5, retry=RetryPolicy(retries=3), deadline=1.0, min_rate=0)
+        )
+        with pytest.raises(ReadError, match="--deadline"):
+            sync(src.base + "/", tmp_path / "dest", options)
     assert sent[0] < 400
 
 
