@@ -30,6 +30,7 @@ __all__ = [
     "Inventory",
     "Item",
     "ScanStats",
+    "Stat",
     "file_fingerprint",
     "guess_type",
     "path_to_uri",
@@ -45,6 +46,10 @@ _TYPES.add_type("application/x-lirs", ".lirs")
 # RFC 3986 sub-delims, ':' and '@' may stand in a path segment; everything else is encoded.
 _SAFE = "/-._~!$&'()*+,;=:@"
 
+
+#: A file as a directory listing keeps it: (size, mtime_ns, inode, ctime_ns), the parts of its
+#: fingerprint.
+Stat = tuple[int, int, int, int]
 
 _BY_SUFFIX: dict[str, str] = {}
 # A compressed file is published as what it is (`a.tar.gz` is gzip data).
@@ -214,76 +219,132 @@ class DirectoryInventory:
     def _excluded(self, rel: str) -> bool:
         return any(fnmatch.fnmatchcase(rel, p) for p in self.exclude)
 
-    def _walk(self, directory: str, prefix: str) -> Iterator[Item]:
+    def signature(self, algorithms: Iterable[str]) -> str:
+        """What decides which files this inventory yields and how they are described: a state
+        keeps its directory listings (`SetState.scan`) only while this stays the same."""
+        return repr(
+            (
+                1,
+                self._real_root,
+                self.base_url,
+                tuple(algorithms),
+                self.include,
+                self.exclude,
+                sorted(self._skip),
+                self.follow_symlinks,
+                self.hidden,
+            )
+        )
+
+    def list_dir(self, directory: str, prefix: str) -> tuple[dict[str, Stat], list[str]] | None:
+        """One directory, not its sub-directories: its files as {name: (size, mtime_ns, inode,
+        ctime_ns)} and the names of its sub-directories (both as the walk would take them);
+        None when it cannot be read."""
+        listed = self._classify(directory, prefix)
+        if listed is None:
+            return None
+        files, dirs = listed
+        self.stats.files += len(files)
+        return files, [entry.name for entry in dirs]
+
+    def item(
+        self, directory: str, prefix: str, name: str, stat: Stat, uri_prefix: str | None = None
+    ) -> Item:
+        """The item of a file that `list_dir` described."""
+        size, mtime_ns, ino, ctime_ns = stat
+        path = os.path.join(directory, name)
+        if uri_prefix is None:
+            uri_prefix = path_to_uri(self.base_url, prefix)
+        return Item(
+            prefix + name,
+            f"{size}:{mtime_ns}:{ino}:{ctime_ns}",
+            size,
+            partial(_open_binary, path),
+            uri_fn=partial(_file_uri, uri_prefix, name),
+            mtime_ns=mtime_ns,
+            fspath=path,
+        )
+
+    def _classify(
+        self, directory: str, prefix: str
+    ) -> tuple[dict[str, Stat], list[os.DirEntry[str]]] | None:
+        """The files ({name: stat}) and sub-directories of one directory that are published;
+        None (noted in the stats) when it cannot be read or named."""
         # The hot loop of every run: a stat per file and as little else as possible.
+        try:
+            path_to_uri(self.base_url, prefix)
+        except UnicodeEncodeError:
+            self.stats.skipped_names.append(_printable(prefix))
+            return None
         try:
             with os.scandir(directory) as it:
                 entries = list(it)
         except OSError as exc:
             self.stats.unreadable.append(f"{prefix or '.'}: {exc.strerror}")
-            return
-        # Sorting a directory's names with "/" after the names of sub-directories makes the
-        # depth-first walk produce relative paths in plain string order ("a-b" < "a/x").
+            return None
         follow = self.follow_symlinks
         hidden = self.hidden
-        keyed = []
+        filtering = bool(self.exclude or self.include)
+        stats = self.stats
+        isreg = stat.S_ISREG
+        files: dict[str, Stat] = {}
+        dirs = []
         for entry in entries:
-            if not hidden and entry.name.startswith("."):
+            name = entry.name
+            if not hidden and name[0] == ".":
                 continue
             try:
                 is_dir = entry.is_dir(follow_symlinks=follow)
             except OSError:
                 continue
-            keyed.append((entry.name + "/" if is_dir else entry.name, is_dir, entry))
-        keyed.sort(key=_first)
-        try:
-            uri_prefix = path_to_uri(self.base_url, prefix)
-        except UnicodeEncodeError:
-            self.stats.skipped_names.append(_printable(prefix))
-            return
-        filtering = bool(self.exclude or self.include)
-        stats = self.stats
-        for _, is_dir, entry in keyed:
-            name = entry.name
-            rel = prefix + name
             if entry.is_symlink() and not self._link_inside(entry.path):
                 stats.skipped_links += 1
                 continue
             if is_dir:
-                real = os.path.realpath(entry.path)
-                if real in self._skip:
+                if os.path.realpath(entry.path) in self._skip:
                     continue
-                if self._excluded(rel):
+                if self._excluded(prefix + name):
                     stats.excluded += 1
                     continue
-                yield from self._walk(entry.path, rel + "/")
+                dirs.append(entry)
                 continue
-            if filtering and (
-                self._excluded(rel)
-                or (self.include and not any(fnmatch.fnmatchcase(rel, p) for p in self.include))
-            ):
+            if filtering and self._filtered(prefix + name):
                 stats.excluded += 1
                 continue
             try:
                 st = entry.stat(follow_symlinks=follow)
             except OSError as exc:
-                stats.unreadable.append(f"{rel}: {exc.strerror}")
+                stats.unreadable.append(f"{prefix + name}: {exc.strerror}")
                 continue
-            if not stat.S_ISREG(st.st_mode):
+            if not isreg(st.st_mode):
                 continue
             if not name.isascii() and not _encodable(name):
-                stats.skipped_names.append(_printable(rel))
+                stats.skipped_names.append(_printable(prefix + name))
+                continue
+            files[name] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+        return files, dirs
+
+    def _filtered(self, rel: str) -> bool:
+        return self._excluded(rel) or bool(
+            self.include and not any(fnmatch.fnmatchcase(rel, p) for p in self.include)
+        )
+
+    def _walk(self, directory: str, prefix: str) -> Iterator[Item]:
+        listed = self._classify(directory, prefix)
+        if listed is None:
+            return
+        files, dirs = listed
+        # Sorting a directory's names with "/" after the names of sub-directories makes the
+        # depth-first walk produce relative paths in plain string order ("a-b" < "a/x").
+        keyed = sorted([*((e.name + "/", e.name) for e in dirs), *((n, n) for n in files)])
+        uri_prefix = path_to_uri(self.base_url, prefix)
+        stats = self.stats
+        for sort_key, name in keyed:
+            if sort_key[-1] == "/":
+                yield from self._walk(os.path.join(directory, name), prefix + name + "/")
                 continue
             stats.files += 1
-            yield Item(
-                rel,
-                file_fingerprint(st),
-                st.st_size,
-                partial(_open_binary, entry.path),
-                uri_fn=partial(_file_uri, uri_prefix, name),
-                mtime_ns=st.st_mtime_ns,
-                fspath=entry.path,
-            )
+            yield self.item(directory, prefix, name, files[name], uri_prefix)
 
     def _link_inside(self, path: str) -> bool:
         if not self.follow_symlinks:
@@ -306,10 +367,6 @@ def _encodable(name: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _first(k: tuple[str, bool, os.DirEntry[str]]) -> str:
-    return k[0]
 
 
 def _printable(rel: str) -> str:

@@ -14,6 +14,7 @@ Change datetimes are distinct and strictly increasing within a set (microseconds
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
 import sqlite3
 import time
@@ -29,7 +30,7 @@ from ..model import Resource
 from ..sitemap.write import entry_xml
 from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
-from .inventory import Item, file_fingerprint
+from .inventory import DirectoryInventory, Item, ScanStats, Stat, file_fingerprint
 
 __all__ = ["ChangeListRow", "ScanResult", "SetState", "StateError"]
 
@@ -58,6 +59,11 @@ CREATE TABLE IF NOT EXISTS changes (
     hashes TEXT,
     run INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS dirs (
+    path TEXT PRIMARY KEY,
+    files BLOB NOT NULL,
+    subdirs BLOB NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
     started TEXT NOT NULL,
@@ -256,11 +262,16 @@ class SetState:
         dry_run: bool = False,
         progress: Callable[[int], None] | None = None,
         uri_base: str | None = None,
+        only: Iterable[str] | None = None,
     ) -> ScanResult:
         """Compare the inventory with the snapshot, record what changed, commit (unless dry).
 
         `uri_base`: the inventory makes every URI from its key and this base, so while the base
         stays the same an unchanged item's URI need not be compared (nor even worked out).
+
+        A `DirectoryInventory` is compared directory by directory with the listings the last
+        scan kept (`_scan_tree`); `only` then limits the scan to those directories (relative
+        paths ending in "/", "" for the root), when the state has listings to compare with.
         """
         algorithms = tuple(algorithms)
         started = self._clock()
@@ -282,7 +293,25 @@ class SetState:
                 "FROM resources ORDER BY key"
             )
             uris_stable = uri_base is not None and self.get("uri_base") == uri_base
-            self._merge(old_rows, inventory, algorithms, result, progress, uris_stable)
+            signature = None
+            if isinstance(inventory, DirectoryInventory):
+                signature = inventory.signature(algorithms)
+                inventory.stats = ScanStats()
+            if signature is not None and (
+                result.baseline or (uris_stable and self.get("dirs_for") == signature)
+            ):
+                assert isinstance(inventory, DirectoryInventory)
+                if result.baseline:
+                    self._forget_listings()
+                    only = None
+                self._scan_tree(inventory, algorithms, result, progress, only)
+                self.put("dirs_for", signature)
+            else:
+                self._merge(old_rows, inventory, algorithms, result, progress, uris_stable)
+                if signature is not None:
+                    self._rebuild_listings(signature)
+                else:
+                    self._forget_listings()
             if uri_base is not None:
                 self.put("uri_base", uri_base)
             snapshot.execute("COMMIT")
@@ -329,78 +358,10 @@ class SetState:
         progress: Callable[[int], None] | None,
         uris_stable: bool,
     ) -> None:
-        journal = not result.baseline
-        pending_changes: list[tuple[Any, ...]] = []
-        pending_upserts: list[tuple[Any, ...]] = []
-        pending_deletes: list[tuple[str]] = []
-        last_dt = [self.last_datetime]
-
-        def stamp() -> str:
-            now = self._clock()
-            prev = last_dt[0]
-            t = now if prev is None or now > prev else prev + TICK
-            last_dt[0] = t
-            return format_w3c(t)
-
-        def flush() -> None:
-            # Deletions first: a key can be deleted (moved URI) and written again in one batch.
-            if pending_deletes:
-                self.db.executemany("DELETE FROM resources WHERE key = ?", pending_deletes)
-                pending_deletes.clear()
-            if pending_upserts:
-                self.db.executemany(
-                    "INSERT OR REPLACE INTO resources (key, uri, fingerprint, lastmod, length, "
-                    "type, hashes, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    pending_upserts,
-                )
-                pending_upserts.clear()
-            if pending_changes:
-                self.db.executemany(
-                    "INSERT INTO changes (key, uri, change, datetime, lastmod, length, type, "
-                    "hashes, run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    pending_changes,
-                )
-                pending_changes.clear()
-
-        def upsert(
-            key: str,
-            uri: str,
-            fingerprint: str,
-            lastmod: datetime,
-            length: int,
-            kind: str | None,
-            hashes: dict[str, str],
-        ) -> tuple[Any, ...]:
-            # The Resource List entry is serialized here, once, while its values are at hand.
-            xml = entry_xml(
-                Resource(loc=uri, lastmod=lastmod, length=length, type=kind, hashes=hashes)
-            )
-            row = (
-                key,
-                uri,
-                fingerprint,
-                format_w3c(lastmod),
-                length,
-                kind,
-                format_hashes(hashes),
-                xml,
-            )
-            pending_upserts.append(row)
-            return row
-
-        def deleted(row: tuple[Any, ...]) -> None:
-            key, uri, _, lastmod, length, kind, hashes = row
-            pending_deletes.append((key,))
-            result.deleted += 1
-            if journal:
-                pending_changes.append(
-                    (key, uri, "deleted", stamp(), lastmod, length, kind, hashes, result.run)
-                )
-
+        j = _Journal(self, algorithms, result)
         old = next(old_rows, None)
         previous_key: str | None = None
-        count = 0
-        for item in inventory:
+        for count, item in enumerate(inventory, 1):
             key = item.key
             if previous_key is not None and key <= previous_key:
                 raise ResourceSyncError(
@@ -408,75 +369,25 @@ class SetState:
                 )
             previous_key = key
             while old is not None and old[0] < key:
-                deleted(old)
+                j.deleted(old)
                 old = next(old_rows, None)
-            count += 1
             if progress is not None and count % 1000 == 0:
                 progress(count)
             if old is not None and old[0] == key and not uris_stable and old[1] != item.uri:
                 # The same key at another URI (the base URL moved): to a Destination that is a
                 # resource gone and another one come.
-                deleted(old)
+                j.deleted(old)
                 old = next(old_rows, None)
             if old is not None and old[0] == key:
-                _, old_uri, old_fp, old_lastmod, old_length, _, old_hashes = old
+                j.compare(item, old, uris_stable)
                 old = next(old_rows, None)
-                if (
-                    old_fp == item.fingerprint
-                    and (uris_stable or old_uri == item.uri)
-                    and all(f"{a}:" in old_hashes for a in algorithms)
-                ):
-                    result.unchanged += 1
-                    continue
-                digests = self._digests(item, algorithms, result)
-                if digests is None:
-                    continue
-                length, hashes = digests
-                stored = parse_hashes(old_hashes)
-                same = length == old_length and all(
-                    stored.get(a) == v for a, v in hashes.items() if a in stored
-                )
-                if same and old_fp != DIRTY:
-                    # Touched, copied back, or new algorithms: not a change.
-                    result.touched += 1
-                    upsert(
-                        key,
-                        item.uri,
-                        item.fingerprint,
-                        parse_w3c(old_lastmod),
-                        length,
-                        item.type,
-                        hashes,
-                    )
-                    continue
-                result.updated += 1
-                row = upsert(
-                    key, item.uri, item.fingerprint, item.modified(), length, item.type, hashes
-                )
-                if journal:
-                    pending_changes.append(
-                        (key, item.uri, "updated", stamp(), *row[3:7], result.run)
-                    )
             else:
-                digests = self._digests(item, algorithms, result)
-                if digests is None:
-                    continue
-                length, hashes = digests
-                result.created += 1
-                row = upsert(
-                    key, item.uri, item.fingerprint, item.modified(), length, item.type, hashes
-                )
-                if journal:
-                    pending_changes.append(
-                        (key, item.uri, "created", stamp(), *row[3:7], result.run)
-                    )
-            if len(pending_upserts) >= 2000 or len(pending_changes) >= 2000:
-                flush()
+                j.compare(item, None, uris_stable)
         while old is not None:
-            deleted(old)
+            j.deleted(old)
             old = next(old_rows, None)
-        flush()
-        if journal and not uris_stable and result.deleted:
+        j.flush()
+        if j.journal and not uris_stable and result.deleted:
             # The base URL moved, so a URI can leave one key and come to another in the same
             # run (its old key deleted after the new one was created, in key order): it was
             # not deleted, and a Destination replaying the Change List must not delete it.
@@ -486,9 +397,156 @@ class SetState:
                 (result.run,),
             ).rowcount
             result.deleted -= gone
-        result.resources = self.count()
-        if last_dt[0] is not None and last_dt[0] != self.last_datetime:
-            self.put("last_datetime", format_w3c(last_dt[0]))
+        j.finish()
+
+    # -- the directory listings: a re-run that costs what changed -----------------------------
+
+    def _scan_tree(
+        self,
+        inventory: DirectoryInventory,
+        algorithms: tuple[str, ...],
+        result: ScanResult,
+        progress: Callable[[int], None] | None,
+        only: Iterable[str] | None,
+    ) -> None:
+        """Compare each directory's files with its listing as the last scan left it (the
+        `dirs` table): an unchanged file costs its `stat` and one comparison, and only the
+        files whose fingerprint differs are looked up in the snapshot (and read when needed).
+        A listing is kept only for the state of the files recorded in `resources`: a racy or
+        dirty file is kept as None (never equal), so it is compared again.
+
+        `only`: the relative paths of the directories to look at (the watcher's), instead of
+        the whole tree; a sub-directory they hold that the state does not know is walked whole,
+        one that is gone is deleted with everything under it."""
+        j = _Journal(self, algorithms, result)
+        root = str(inventory.root)
+        todo: list[tuple[str, bool]]
+        if only is None:
+            todo = [("", True)]
+        else:
+            todo = [(p, False) for p in sorted(set(only), reverse=True)]
+        done: set[str] = set()
+        seen = 0
+        while todo:
+            prefix, recurse = todo.pop()
+            if prefix in done:
+                continue
+            done.add(prefix)
+            directory = os.path.join(root, prefix) if prefix else root
+            listed = inventory.list_dir(directory, prefix)
+            files, subdirs = listed if listed is not None else ({}, [])
+            row = self.db.execute("SELECT files, subdirs FROM dirs WHERE path = ?", (prefix,))
+            cached = row.fetchone()
+            old_files: dict[str, Stat | None] = marshal.loads(cached[0]) if cached else {}
+            old_subdirs: list[str] = marshal.loads(cached[1]) if cached else []
+            seen += len(files)
+            if files != old_files:
+                # What differs, found by set operations on the two listings (no work per
+                # unchanged file here), then handled in key order, as a whole scan would.
+                differ = {name for name, _ in files.items() - old_files.items()}
+                differ |= old_files.keys() - files.keys()
+                result.unchanged += len(files) - len(differ & files.keys())
+                kept: dict[str, Stat | None] = dict(files)
+                for name in sorted(differ):
+                    old = self.db.execute(
+                        "SELECT key, uri, fingerprint, lastmod, length, type, hashes "
+                        "FROM resources WHERE key = ?",
+                        (prefix + name,),
+                    ).fetchone()
+                    st = files.get(name)
+                    if st is None:
+                        if old is not None:
+                            j.deleted(old)
+                        continue
+                    stored = j.compare(inventory.item(directory, prefix, name, st), old, True)
+                    kept[name] = _listed(stored)
+                files_blob = marshal.dumps(kept)
+            else:
+                result.unchanged += len(files)
+                files_blob = cached[0] if cached else marshal.dumps({})
+            for name in sorted(set(old_subdirs) - set(subdirs)):
+                self._delete_tree(j, prefix + name + "/")
+            subdirs.sort()
+            if cached is None or files_blob is not cached[0] or subdirs != old_subdirs:
+                self.db.execute(
+                    "INSERT OR REPLACE INTO dirs (path, files, subdirs) VALUES (?, ?, ?)",
+                    (prefix, files_blob, marshal.dumps(subdirs)),
+                )
+            known = set(old_subdirs)
+            for name in reversed(subdirs):
+                if recurse or name not in known:
+                    todo.append((prefix + name + "/", True))
+            if progress is not None and seen >= 1000:
+                progress(result.unchanged + j.count)
+                seen = 0
+            if j.pending() >= 2000:
+                j.flush()
+        j.flush()
+        j.finish()
+
+    def _delete_tree(self, j: _Journal, prefix: str) -> None:
+        """Everything recorded under a directory that is gone (or no longer published)."""
+        j.flush()
+        end = prefix[:-1] + chr(ord("/") + 1)
+        rows = self.db.execute(
+            "SELECT key, uri, fingerprint, lastmod, length, type, hashes FROM resources "
+            "WHERE key >= ? AND key < ? ORDER BY key",
+            (prefix, end),
+        ).fetchall()
+        for row in rows:
+            j.deleted(row)
+        j.flush()
+        self.db.execute("DELETE FROM dirs WHERE path >= ? AND path < ?", (prefix, end))
+
+    def _rebuild_listings(self, signature: str) -> None:
+        """The directory listings of the snapshot, derived from `resources` (after a scan that
+        did not keep them): grouped by directory in SQL, so memory holds one directory."""
+        self.db.execute("DELETE FROM dirs")
+        cur = self.db.execute(
+            "SELECT rtrim(key, replace(key, '/', '')) AS dir, key, fingerprint "
+            "FROM resources ORDER BY dir, key"
+        )
+        subdirs: dict[str, set[str]] = {"": set()}
+        current: str | None = None
+        files: dict[str, Stat | None] = {}
+        rows: list[tuple[str, bytes, bytes]] = []
+
+        def close() -> None:
+            if current is not None:
+                rows.append((current, marshal.dumps(files), marshal.dumps([])))
+                if len(rows) >= 500:
+                    write()
+
+        def write() -> None:
+            self.db.executemany("INSERT INTO dirs (path, files, subdirs) VALUES (?, ?, ?)", rows)
+            rows.clear()
+
+        for prefix, key, fingerprint in cur:
+            if prefix != current:
+                close()
+                current, files = prefix, {}
+                # Every directory up to the root holds the next one.
+                child = prefix
+                while child:
+                    parent = child[:-1].rpartition("/")[0]
+                    parent = parent + "/" if parent else ""
+                    subdirs.setdefault(parent, set()).add(child[len(parent) : -1])
+                    subdirs.setdefault(child, set())
+                    child = parent
+            files[key[len(prefix) :]] = _parse_fingerprint(fingerprint)
+        close()
+        write()
+        for prefix, names in subdirs.items():
+            self.db.execute(
+                "INSERT INTO dirs (path, files, subdirs) VALUES (?, ?, ?) "
+                "ON CONFLICT (path) DO UPDATE SET subdirs = excluded.subdirs",
+                (prefix, marshal.dumps({}), marshal.dumps(sorted(names))),
+            )
+        self.put("dirs_for", signature)
+
+    def _forget_listings(self) -> None:
+        self.db.execute("DELETE FROM dirs")
+        self.db.execute("DELETE FROM meta WHERE key = 'dirs_for'")
 
     def _digests(
         self, item: Item, algorithms: tuple[str, ...], result: ScanResult
@@ -545,9 +603,22 @@ class SetState:
     def mark_dirty(self, keys: Iterable[str]) -> None:
         """Resources whose published bytes may differ from their recorded digests: the next
         scan reads them again and journals each as updated."""
+        keys = list(keys)
         self.db.executemany(
             "UPDATE resources SET fingerprint = ? WHERE key = ?", ((DIRTY, k) for k in keys)
         )
+        # …and their directories' listings compare them again.
+        for key in keys:
+            head, _, name = key.rpartition("/")
+            prefix = head + "/" if head else ""
+            row = self.db.execute("SELECT files FROM dirs WHERE path = ?", (prefix,)).fetchone()
+            if row is not None:
+                files = marshal.loads(row[0])
+                if name in files:
+                    files[name] = None
+                    self.db.execute(
+                        "UPDATE dirs SET files = ? WHERE path = ?", (marshal.dumps(files), prefix)
+                    )
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -764,3 +835,154 @@ class SetState:
 
     def transaction(self) -> contextlib.AbstractContextManager[None]:
         return transaction(self.db)
+
+
+def _parse_fingerprint(fingerprint: str) -> Stat | None:
+    """A file fingerprint as a listing keeps it; None for one that must be compared again
+    (racy, dirty, or not a file's)."""
+    parts = fingerprint.split(":")
+    if len(parts) != 4:
+        return None
+    try:
+        size, mtime_ns, ino, ctime_ns = (int(p) for p in parts)
+    except ValueError:
+        return None
+    return size, mtime_ns, ino, ctime_ns
+
+
+def _listed(fingerprint: str | None) -> Stat | None:
+    return None if fingerprint is None else _parse_fingerprint(fingerprint)
+
+
+class _Journal:
+    """What a scan writes: snapshot rows, journal entries and deletions, in batches, with
+    strictly increasing change times."""
+
+    def __init__(self, state: SetState, algorithms: tuple[str, ...], result: ScanResult) -> None:
+        self.state = state
+        self.db = state.db
+        self.algorithms = algorithms
+        self.result = result
+        self.journal = not result.baseline
+        self.changes: list[tuple[Any, ...]] = []
+        self.upserts: list[tuple[Any, ...]] = []
+        self.deletes: list[tuple[str]] = []
+        self.first_dt = state.last_datetime
+        self.last_dt = self.first_dt
+        #: Items compared (for progress).
+        self.count = 0
+
+    def stamp(self) -> str:
+        now = self.state._clock()
+        prev = self.last_dt
+        t = now if prev is None or now > prev else prev + TICK
+        self.last_dt = t
+        return format_w3c(t)
+
+    def pending(self) -> int:
+        return max(len(self.upserts), len(self.changes))
+
+    def flush(self) -> None:
+        # Deletions first: a key can be deleted (moved URI) and written again in one batch.
+        if self.deletes:
+            self.db.executemany("DELETE FROM resources WHERE key = ?", self.deletes)
+            self.deletes.clear()
+        if self.upserts:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO resources (key, uri, fingerprint, lastmod, length, "
+                "type, hashes, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                self.upserts,
+            )
+            self.upserts.clear()
+        if self.changes:
+            self.db.executemany(
+                "INSERT INTO changes (key, uri, change, datetime, lastmod, length, type, "
+                "hashes, run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                self.changes,
+            )
+            self.changes.clear()
+
+    def finish(self) -> None:
+        self.result.resources = self.state.count()
+        if self.last_dt is not None and self.last_dt != self.first_dt:
+            self.state.put("last_datetime", format_w3c(self.last_dt))
+
+    def upsert(
+        self,
+        key: str,
+        uri: str,
+        fingerprint: str,
+        lastmod: datetime,
+        length: int,
+        kind: str | None,
+        hashes: dict[str, str],
+    ) -> tuple[Any, ...]:
+        # The Resource List entry is serialized here, once, while its values are at hand.
+        xml = entry_xml(Resource(loc=uri, lastmod=lastmod, length=length, type=kind, hashes=hashes))
+        row = (key, uri, fingerprint, format_w3c(lastmod), length, kind, format_hashes(hashes), xml)
+        self.upserts.append(row)
+        return row
+
+    def deleted(self, row: tuple[Any, ...]) -> None:
+        key, uri, _, lastmod, length, kind, hashes = row
+        self.deletes.append((key,))
+        self.result.deleted += 1
+        if self.journal:
+            self.changes.append(
+                (key, uri, "deleted", self.stamp(), lastmod, length, kind, hashes, self.result.run)
+            )
+
+    def compare(self, item: Item, old: tuple[Any, ...] | None, uris_stable: bool) -> str | None:
+        """Record `item` against its row in the snapshot (`old`, None when new); returns the
+        fingerprint the snapshot holds for it now (None: not recorded)."""
+        result = self.result
+        algorithms = self.algorithms
+        key = item.key
+        self.count += 1
+        if self.pending() >= 2000:
+            self.flush()
+        if old is not None:
+            _, old_uri, old_fp, old_lastmod, old_length, _, old_hashes = old
+            if (
+                old_fp == item.fingerprint
+                and (uris_stable or old_uri == item.uri)
+                and all(f"{a}:" in old_hashes for a in algorithms)
+            ):
+                result.unchanged += 1
+                return str(old_fp)
+            digests = self.state._digests(item, algorithms, result)
+            if digests is None:
+                return str(old_fp)
+            length, hashes = digests
+            stored = parse_hashes(old_hashes)
+            same = length == old_length and all(
+                stored.get(a) == v for a, v in hashes.items() if a in stored
+            )
+            if same and old_fp != DIRTY:
+                # Touched, copied back, or new algorithms: not a change.
+                result.touched += 1
+                self.upsert(
+                    key,
+                    item.uri,
+                    item.fingerprint,
+                    parse_w3c(old_lastmod),
+                    length,
+                    item.type,
+                    hashes,
+                )
+                return item.fingerprint
+            result.updated += 1
+            change = "updated"
+        else:
+            digests = self.state._digests(item, algorithms, result)
+            if digests is None:
+                return None
+            length, hashes = digests
+            result.created += 1
+            change = "created"
+        row = self.upsert(
+            key, item.uri, item.fingerprint, item.modified(), length, item.type, hashes
+        )
+        if self.journal:
+            self.changes.append((key, item.uri, change, self.stamp(), *row[3:7], self.result.run))
+        return item.fingerprint

@@ -1,0 +1,127 @@
+"""A re-run compares each directory with the listing the last scan kept (issue 15.3): only the
+files whose stat differs are looked up and read; the snapshot it leaves is the one a whole
+scan from nothing would make."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from resourcesync.source.inventory import DirectoryInventory
+from resourcesync.source.state import SetState
+
+BASE = "http://example.org/data/"
+
+
+def snapshot(state: SetState) -> list[tuple[str, int | None, dict[str, str]]]:
+    return [(r.loc, r.length, r.hashes) for r in state.resources()]
+
+
+def fresh(tmp_path: Path, data: Path, **kw: object) -> list[tuple[str, int | None, dict[str, str]]]:
+    path = tmp_path / "fresh.sqlite"
+    path.unlink(missing_ok=True)
+    with SetState(path) as state:
+        state.scan(DirectoryInventory(data, BASE, **kw), ["md5"], uri_base=BASE)  # type: ignore[arg-type]
+        out = snapshot(state)
+    for p in tmp_path.glob("fresh.sqlite*"):
+        p.unlink()
+    return out
+
+
+@pytest.fixture(autouse=True)
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files written by the test count as settled (not racily clean): read when they change."""
+    monkeypatch.setattr("resourcesync.source.state.RACY_NS", 0)
+
+
+def test_a_rerun_looks_up_only_what_changed(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    for d in ("a", "b", "b/c", "e"):
+        (data / d).mkdir(parents=True)
+        for i in range(30):
+            (data / d / f"f{i:02d}.txt").write_text(f"{d} {i}")
+    statements: list[str] = []
+    with SetState(tmp_path / "state.sqlite") as state:
+        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        (data / "a" / "f01.txt").write_text("changed")
+        (data / "a" / "f02.txt").unlink()
+        (data / "a" / "new.txt").write_text("new")
+        shutil.rmtree(data / "b" / "c")
+        (data / "e" / "f03.txt").unlink()
+        (data / "e" / "f03.txt").mkdir()
+        (data / "e" / "f03.txt" / "inner").write_text("inner")
+        state.db.set_trace_callback(statements.append)
+        result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        state.db.set_trace_callback(None)
+        assert (result.created, result.updated, result.deleted) == (2, 1, 32)
+        assert result.rehashed == 3
+        assert snapshot(state) == fresh(tmp_path, data)
+    lookups = [s for s in statements if s.startswith("SELECT") and "resources WHERE key = " in s]
+    # The changed, created and deleted files of the directories that changed; nothing of the
+    # 29 + 30 + 29 files that did not.
+    assert len(lookups) == 5, lookups
+    assert not [s for s in statements if "FROM resources ORDER BY key" in s]
+
+
+def test_random_changes_leave_the_snapshot_a_whole_scan_makes(tmp_path: Path) -> None:
+    rng = random.Random(153)
+    data = tmp_path / "data"
+    data.mkdir()
+    names = [f"{d}f{i}" for d in ("", "x/", "x/y/", "z/", "z/w/v/") for i in range(6)]
+
+    def write(name: str) -> None:
+        p = data / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        for parent in reversed(p.relative_to(data).parents):
+            if (data / parent).is_file():
+                (data / parent).unlink()
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(rng.randrange(0, 50)))
+
+    for name in rng.sample(names, 12):
+        write(name)
+    with SetState(tmp_path / "state.sqlite") as state:
+        for step in range(60):
+            for _ in range(rng.randrange(0, 4)):
+                op = rng.random()
+                existing = [p for p in data.rglob("*") if p.is_file()]
+                if op < 0.4 or not existing:
+                    write(rng.choice(names))
+                elif op < 0.6:
+                    rng.choice(existing).unlink()
+                elif op < 0.7:
+                    d = rng.choice(["x", "z", "z/w", "x/y"])
+                    shutil.rmtree(data / d, ignore_errors=True)
+                elif op < 0.8:
+                    p = rng.choice(existing)
+                    os.utime(p, ns=(0, rng.randrange(10**18)))
+                else:
+                    # A directory where a file was, or a file where a directory was.
+                    d = data / rng.choice(["x", "z/w"])
+                    if d.is_dir():
+                        shutil.rmtree(d)
+                        d.write_text("now a file")
+                    else:
+                        d.unlink(missing_ok=True)
+                        write(str(d.relative_to(data)) + "/f0")
+            kw: dict[str, object] = {"exclude": ("*f5",)} if step % 20 == 19 else {}
+            result = state.scan(DirectoryInventory(data, BASE, **kw), ["md5"], uri_base=BASE)  # type: ignore[arg-type]
+            assert snapshot(state) == fresh(tmp_path, data, **kw), step
+            assert result.resources == len(snapshot(state))
+
+
+def test_a_dirty_file_is_read_again_though_its_stat_did_not_change(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    (data / "b.txt").write_text("b")
+    with SetState(tmp_path / "state.sqlite") as state:
+        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        state.mark_dirty(["a.txt"])
+        result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert (result.updated, result.rehashed, result.unchanged) == (1, 1, 1)
