@@ -241,6 +241,31 @@ def dead_host(src: Source) -> list[str]:
     return ["--map", f"{dead}/=DEST"]
 
 
+_HELD: list[socket.socket] = []
+
+
+def silent_host(src: Source) -> list[str]:
+    """A host whose connections time out: a listening socket that never accepts, its
+    queue filled, so the kernel drops further SYNs."""
+    for s in _HELD:
+        s.close()
+    _HELD.clear()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    _HELD.append(listener)
+    port = listener.getsockname()[1]
+    for _ in range(4):
+        c = socket.socket()
+        c.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            c.connect(("127.0.0.1", port))
+        _HELD.append(c)
+    silent = f"http://127.0.0.1:{port}"
+    ordinary(src, [(f"{silent}/r{i:04d}.bin", None) for i in range(1000)])
+    return ["--map", f"{silent}/=DEST"]
+
+
 ATTACKS: dict[str, Callable[[Source], list[str]]] = {
     "endless body (no length)": endless_body,
     "lying length (listed 1000 B)": lying_length,
@@ -254,6 +279,7 @@ ATTACKS: dict[str, Callable[[Source], list[str]]] = {
     "index nested 50 deep": deep_index,
     "200,000 attributes on one element": many_attributes,
     "host down, 1,000 resources": dead_host,
+    "host silent (connections time out), 1,000 resources": silent_host,
 }
 
 

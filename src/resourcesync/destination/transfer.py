@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections import defaultdict
@@ -76,7 +77,9 @@ class Transfer:
                     if host in given_up:
                         given_up[host] += 1
                         self._give_up(uri, res, key, report, host, opts.host_failures)
-                    elif await self._fetch_one(client, uri, res, key, report):
+                    elif await self._fetch_one(
+                        client, uri, res, key, report, retry=failures[host] == 0
+                    ):
                         failures[host] += 1
                         if failures[host] >= opts.host_failures > 0:
                             given_up.setdefault(host, 0)
@@ -130,11 +133,23 @@ class Transfer:
         self.run.state.fail(uri, expected, f"not fetched: {host} could not be reached", key)
 
     async def _fetch_one(
-        self, client: Any, uri: str, res: Resource, key: str, report: SetReport
+        self,
+        client: Any,
+        uri: str,
+        res: Resource,
+        key: str,
+        report: SetReport,
+        *,
+        retry: bool = True,
     ) -> bool:
         """Fetch one resource and record the outcome; True when its host could not be
-        reached (a connection failure, after the retries)."""
+        reached (a connection failure, after the retries). Without `retry` (its host has just
+        failed to connect after every retry) one attempt is made: a host that is down is
+        given up in seconds, not after every resource's backoff."""
         mirror, state = self.run.mirror, self.run.state
+        http = self.run.options.http
+        if not retry:
+            http = dataclasses.replace(http, retry=dataclasses.replace(http.retry, retries=0))
         unreachable = False
         expected = {"length": res.length, "hashes": res.hashes}
         last_error = ""
@@ -148,7 +163,7 @@ class Transfer:
                     headers["If-Modified-Since"] = known.last_modified
             try:
                 async with open_stream_async(
-                    uri, client=client, headers=headers, accept=(304,)
+                    uri, client=client, headers=headers, accept=(304,), options=http
                 ) as response:
                     if response.status_code == 304:
                         # Not modified at the Source; trusted only if our copy is still what
