@@ -71,3 +71,13 @@ def test_a_package_without_manifest_or_missing_a_listed_file_is_an_error(tmp_pat
     with zipfile.ZipFile(zpath, "w") as z:
         z.writestr(listed, members[listed])
     assert "core-dump-package-manifest" in check(tmp_path, dump)
+
+
+def test_a_package_that_cannot_be_read_is_one_error_not_a_crash(tmp_path: Path) -> None:
+    dump = published(tmp_path)
+    zpath = package_of(tmp_path, dump)
+    with zipfile.ZipFile(zpath, "w") as z:
+        z.writestr("manifest.xml", b"<urlset")
+    assert "core-dump-package-unreadable" in check(tmp_path, dump)
+    zpath.write_bytes(b"not a zip at all")
+    assert "core-dump-package-unreadable" in check(tmp_path, dump)

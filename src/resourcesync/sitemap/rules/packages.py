@@ -8,14 +8,15 @@ import contextlib
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
-from ...errors import ReadError
+from ...errors import ReadError, ResourceSyncError
 from ...hashing import ALGORITHMS, MultiHasher, normalise_digest
 from ...model import Resource
 from ..follow import Resolver
-from ..read import DocumentReader, read_document
+from ..read import DocumentReader, open_document
 from .findings import ERROR, Finding
 
 __all__ = ["check_package"]
@@ -82,8 +83,8 @@ def check_package(
                         f"the package's {algo} is {digest}, the dump says {res.hashes[algo]}",
                     )
             _check_zip(path, reader, res, resolver, client, max_bytes, error)
-    except ReadError as exc:
-        error("core-dump-package-unreadable", f"package not checked: {exc.message}")
+    except ResourceSyncError as exc:  # unreadable, or a manifest value the reader refuses
+        error("core-dump-package-unreadable", f"package not checked: {exc}")
     except (OSError, zipfile.BadZipFile) as exc:
         error("core-dump-package-unreadable", f"package not checked: {exc}")
 
@@ -97,37 +98,55 @@ def _check_zip(
     max_bytes: int,
     error: Callable[[str, str], None],
 ) -> None:
-    with zipfile.ZipFile(path) as z:
+    """Both manifests are streamed side by side (the one inside read straight from the ZIP,
+    capped at `max_bytes` after decompression): memory stays flat whatever their size."""
+    contents = res.link("contents")
+    with contextlib.ExitStack() as stack:
+        z = stack.enter_context(zipfile.ZipFile(path))
         try:
             info = z.getinfo("manifest.xml")
         except KeyError:
             error("core-dump-package-manifest", "the package has no manifest.xml (§11.1)")
             return
-        if info.file_size > max_bytes:
-            error("core-dump-package-manifest", "the package's manifest.xml is over the size limit")
-            return
-        inside = z.read(info)
         names = set(z.namelist())
-    inner_doc, inner = read_document(inside, name=f"{res.loc}!manifest.xml", max_bytes=max_bytes)
-    for entry in inner:
-        if entry.path is not None and entry.path.lstrip("/") not in names:
-            error(
-                "core-dump-package-path",
-                f"the manifest lists {entry.path} ({entry.loc}), which is not in the package",
+        inner = stack.enter_context(
+            open_document(
+                stack.enter_context(z.open(info)),
+                name=f"{res.loc}!manifest.xml",
+                max_bytes=max_bytes,
             )
-            break
-    contents = res.link("contents")
-    if contents is None:
-        return
-    copy_source = resolver.resolve(contents.href, reader)
-    copy_doc, copy = read_document(copy_source, client=client, max_bytes=max_bytes)
-    if copy_doc != inner_doc or copy != inner:
-        where = next(
-            (i for i, (a, b) in enumerate(zip(copy, inner, strict=False)) if a != b),
-            min(len(copy), len(inner)),
         )
+        copy = None
+        if contents is not None:
+            copy = stack.enter_context(
+                open_document(
+                    resolver.resolve(contents.href, reader), client=client, max_bytes=max_bytes
+                )
+            )
+        differs: str | None = None
+        if copy is not None and copy.document != inner.document:
+            differs = "in its header"
+        missing: str | None = None
+        pairs = zip_longest(inner, copy if copy is not None else (), fillvalue=None)
+        for count, (mine, theirs) in enumerate(pairs, 1):
+            if (
+                mine is not None
+                and missing is None
+                and mine.path is not None
+                and mine.path.lstrip("/") not in names
+            ):
+                missing = f"{mine.path} ({mine.loc})"
+            if copy is not None and differs is None and mine != theirs:
+                differs = f"from entry {count}"
+            if (differs is not None or copy is None) and missing is not None:
+                break
+    if missing is not None:
+        error(
+            "core-dump-package-path",
+            f"the manifest lists {missing}, which is not in the package",
+        )
+    if differs is not None and contents is not None:
         error(
             "core-dump-manifest-copy",
-            f"the manifest at {contents.href} differs from the package's manifest.xml "
-            f"(from entry {where + 1}; {len(copy)} against {len(inner)} entries)",
+            f"the manifest at {contents.href} differs from the package's manifest.xml ({differs})",
         )
