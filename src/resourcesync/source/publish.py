@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -170,15 +170,35 @@ def publish(
     inventories: dict[str, Inventory] | None = None,
     progress: Progress | None = None,
     clock: Callable[[], datetime] | None = None,
+    changed: Mapping[str, Iterable[str]] | None = None,
 ) -> PublishResult:
     """Publish every set of the Source once. `inventories` replaces the directory scan of the
-    named sets (a database, a feed: see `inventory.Inventory`)."""
+    named sets (a database, a feed: see `inventory.Inventory`). `changed`: for the named sets,
+    the paths (relative to the set's directory) that changed since the last publication; only
+    their directories are scanned (the watcher's: the tree is not walked), when the state has
+    the listings of the last scan (otherwise the whole set is)."""
     started = time.monotonic()
     _check_clashes(config)
+    only = {name: _directories(paths) for name, paths in (changed or {}).items()}
     if dry_run:
-        return _publish(config, dry_run, inventories, progress, clock, started)
+        return _publish(config, dry_run, inventories, progress, clock, started, only)
     with run_lock(config.state):
-        return _publish(config, dry_run, inventories, progress, clock, started)
+        return _publish(config, dry_run, inventories, progress, clock, started, only)
+
+
+def _directories(paths: Iterable[str]) -> set[str]:
+    """The directories to list again for changed paths: each one's parent, and the path itself
+    in case it is a directory (`SetState.scan` keeps those it knows, or their ancestors)."""
+    out = set()
+    for path in paths:
+        rel = path.strip("/")
+        if not rel or rel == ".":
+            out.add("")
+            continue
+        head = rel.rpartition("/")[0]
+        out.add(head + "/" if head else "")
+        out.add(rel + "/")
+    return out
 
 
 # Within one process, a publication waits for the background sender of notifications (which
@@ -216,6 +236,7 @@ def _publish(
     progress: Progress | None,
     clock: Callable[[], datetime] | None,
     started: float,
+    only: Mapping[str, set[str]],
 ) -> PublishResult:
     out = config.out
     results: list[SetResult] = []
@@ -254,6 +275,7 @@ def _publish(
                 dry_run=dry_run,
                 progress=step,
                 uri_base=s.base_url if isinstance(inventory, DirectoryInventory) else None,
+                only=only.get(s.name),
             )
             if isinstance(inventory, DirectoryInventory):
                 stats = inventory.stats

@@ -32,6 +32,7 @@ RFC 9110 §14.2 asks to ignore it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import html
 import json
 import logging
@@ -979,16 +980,38 @@ async def republish_on_change(
     dirs = [s.dir for s in config.sets]
     ignore = [str(config.out.resolve()), str(config.state.resolve())]
     step = max(int(quiet * 1000), 10)
-    async for _changes in awatch(
+    # The paths heard of and not yet published (kept across a publication that failed).
+    pending: dict[str, set[str]] = {s.name: set() for s in config.sets}
+    async for changes in awatch(
         *dirs,
         watch_filter=DefaultFilter(ignore_paths=ignore),
         step=step,
         debounce=max(10 * step, 1600),
         stop_event=stop_event,
     ):
+        for _, path in changes:
+            _note_change(config, pending, path)
+        # Only the directories that changed are scanned again (issue 15.4): the tree is not
+        # walked for one file.
+        changed = {name: set(paths) for name, paths in pending.items()}
         try:
-            result = await anyio.to_thread.run_sync(lambda: publish(config))
+            result = await anyio.to_thread.run_sync(
+                functools.partial(publish, config, changed=changed)
+            )
         except (ResourceSyncError, OSError) as exc:
             report(exc)
         else:
+            for name, paths in changed.items():
+                pending[name] -= paths
             report(result)
+
+
+def _note_change(config: PublishConfig, pending: dict[str, set[str]], path: str) -> None:
+    """File a changed path under the set whose directory holds it (relative to it)."""
+    real = os.path.realpath(path)
+    for s in config.sets:
+        root = os.path.realpath(s.dir)
+        if real == root:
+            pending[s.name].add("")
+        elif real.startswith(root + os.sep):
+            pending[s.name].add(os.path.relpath(real, root).replace(os.sep, "/"))

@@ -424,7 +424,7 @@ class SetState:
         if only is None:
             todo = [("", True)]
         else:
-            todo = [(p, False) for p in sorted(set(only), reverse=True)]
+            todo = [(p, False) for p in sorted(self._known_dirs(only), reverse=True)]
         done: set[str] = set()
         seen = 0
         while todo:
@@ -483,6 +483,20 @@ class SetState:
                 j.flush()
         j.flush()
         j.finish()
+
+    def _known_dirs(self, prefixes: Iterable[str]) -> set[str]:
+        """Each directory, or its nearest ancestor that the listings hold (a new directory is
+        found by listing its parent, which also applies the inventory's filters to it)."""
+        out = set()
+        for prefix in prefixes:
+            while prefix:
+                row = self.db.execute("SELECT 1 FROM dirs WHERE path = ?", (prefix,)).fetchone()
+                if row is not None:
+                    break
+                head = prefix[:-1].rpartition("/")[0]
+                prefix = head + "/" if head else ""
+            out.add(prefix)
+        return out
 
     def _delete_tree(self, j: _Journal, prefix: str) -> None:
         """Everything recorded under a directory that is gone (or no longer published)."""

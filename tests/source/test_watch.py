@@ -1,0 +1,118 @@
+"""The watcher republishes what changed without walking the tree (issue 15.4)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from resourcesync.source.config import PublishConfig, SetConfig
+from resourcesync.source.publish import PublishResult, publish
+from resourcesync.source.server import republish_on_change
+from tests.source.history import check_history
+
+BASE = "http://example.org/data/"
+DOCS = "http://example.org/"
+
+
+def config(tmp_path: Path) -> PublishConfig:
+    return PublishConfig(
+        out=tmp_path / "out",
+        sets=[SetConfig("set1", tmp_path / "data", BASE)],
+        docs_url=DOCS,
+    )
+
+
+def files(data: Path) -> set[str]:
+    return {
+        BASE + p.relative_to(data).as_posix()
+        for p in data.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(data).parts)
+    }
+
+
+@pytest.fixture(autouse=True)
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("resourcesync.source.state.RACY_NS", 0)
+
+
+def test_publishing_changed_paths_scans_only_their_directories(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    for d in ("x", "y", "x/deep"):
+        (data / d).mkdir(parents=True)
+        (data / d / "f.txt").write_text(d)
+    publish(config(tmp_path))
+    (data / "x" / "f.txt").write_text("x changed")
+    (data / "y" / "f.txt").write_text("y changed, not told")
+    (data / "x" / "new").mkdir()
+    (data / "x" / "new" / "g.txt").write_text("g")
+    shutil.rmtree(data / "x" / "deep")
+    (data / ".hidden").mkdir()
+    (data / ".hidden" / "h.txt").write_text("never published")
+    told = ["x/f.txt", "x/new", "x/new/g.txt", "x/deep", "x/deep/f.txt", ".hidden/h.txt"]
+    result = publish(config(tmp_path), changed={"set1": told})
+    scan = result.sets[0].scan
+    assert (scan.created, scan.updated, scan.deleted) == (1, 1, 1)
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    assert sorted((c.loc.removeprefix(BASE), c.change) for c in h.changes) == [
+        ("x/deep/f.txt", "deleted"),
+        ("x/f.txt", "updated"),
+        ("x/new/g.txt", "created"),
+    ]
+    # What nobody told of waits for a whole scan.
+    result = publish(config(tmp_path))
+    assert result.sets[0].scan.updated == 1
+    assert set(check_history(tmp_path / "out", DOCS, "set1").current) == files(data)
+
+
+def test_the_watcher_publishes_changes_it_hears_of(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "a" / "b").mkdir(parents=True)
+    (data / "z").mkdir()
+    for i in range(20):
+        (data / "a" / "b" / f"f{i}.txt").write_text(str(i))
+    for i in range(200):
+        (data / "z" / f"f{i}.txt").write_text(str(i))
+    cfg = config(tmp_path)
+    publish(cfg)
+    results: list[PublishResult | Exception] = []
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    def run() -> None:
+        watching = republish_on_change(cfg, results.append, quiet=0.05, stop_event=stop)
+        loop.run_until_complete(watching)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        time.sleep(0.5)  # the watch is set up
+        (data / "a" / "b" / "f3.txt").write_text("changed")
+        (data / "a" / "c").mkdir()
+        (data / "a" / "c" / "new.txt").write_text("new")
+        (data / "a" / "b" / "f4.txt").unlink()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            changes = check_history(tmp_path / "out", DOCS, "set1").changes
+            if len(changes) >= 3:
+                break
+            time.sleep(0.1)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=20)
+    assert not [r for r in results if isinstance(r, Exception)], results
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    assert sorted((c.loc.removeprefix(BASE), c.change) for c in h.changes) == [
+        ("a/b/f3.txt", "updated"),
+        ("a/b/f4.txt", "deleted"),
+        ("a/c/new.txt", "created"),
+    ]
+    assert set(h.current) == files(data)
+    # Nothing was looked at but the directories that changed (not the 200 files of z/).
+    scans = [r.sets[0].scan for r in results if isinstance(r, PublishResult)]
+    assert scans and all(s.unchanged < 20 for s in scans), [s.unchanged for s in scans]
+    assert scans[-1].resources == len(files(data))
