@@ -5,12 +5,16 @@ and are found beside the file that lists them."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from resourcesync.cli import main
 from resourcesync.sitemap import Report, validate
+from tests.servers import serve
+from tests.sitemap.test_http_read import Site
 from tests.sitemap.test_rules import doc, sitemap, url
 
 E = "http://example.com"
@@ -187,3 +191,48 @@ def test_the_command_follows_from_a_description_by_default_and_not_with_no_follo
     )
     assert result.exit_code == 1
     assert len(json.loads(result.stdout)["documents"]) == 3
+
+
+@pytest.fixture
+def http_site() -> Iterator[Site]:
+    s = Site()
+    with serve(s.app) as base:
+        s.base = base
+        yield s
+
+
+def test_over_http_up_links_are_checked_against_the_urls_documents_were_fetched_from(
+    http_site: Site,
+) -> None:
+    """Over HTTP a document's URL is where it was fetched from: a listed document's up link
+    must name it (core 1.1 §10.1); the Capability List is followed by default."""
+    site = http_site
+
+    def rl(up: str) -> bytes:
+        return doc(
+            f'capability="resourcelist" at="{T3}"',
+            url("{base}/res1"),
+            links=(f'<rs:ln rel="up" href="{up}"/>',),
+        )
+
+    site.xml(
+        "/capabilitylist.xml",
+        doc(
+            'capability="capabilitylist"',
+            url("{base}/good.xml", 'capability="resourcelist"'),
+            url("{base}/bad.xml", 'capability="changelist"'),
+            links=('<rs:ln rel="up" href="{base}/.well-known/resourcesync"/>',),
+        ),
+    )
+    site.xml("/good.xml", rl("{base}/capabilitylist.xml"))
+    site.xml("/bad.xml", rl("{base}/elsewhere/capabilitylist.xml"))
+    result = CliRunner().invoke(main, ["validate", site.url("/capabilitylist.xml"), "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    found = sorted((f["rule"], f["source"]) for f in report["findings"])
+    assert found == [
+        ("core-9.2-capability-claimed", site.url("/bad.xml")),
+        ("core-up-target", site.url("/bad.xml")),
+    ]
+    up = next(f for f in report["findings"] if f["rule"] == "core-up-target")
+    assert site.url("/capabilitylist.xml") in up["message"]
