@@ -45,6 +45,10 @@ __all__ = [
 #: we read larger ones (our own benchmarks use 1,000,000 entries) but not without bound.
 DEFAULT_MAX_BYTES = 2 * 1024**3
 CHUNK = 1 << 18
+#: Attributes read from one element. An `<rs:md>` has a dozen at most; lxml hands attribute
+#: values over in time quadratic in their number, so an element with 200,000 would stall the
+#: reader for minutes: such a document is refused, in linear time (issue 17.14).
+MAX_ATTRIBUTES = 256
 
 URLSET = f"{{{SITEMAP_NS}}}urlset"
 SITEMAPINDEX = f"{{{SITEMAP_NS}}}sitemapindex"
@@ -454,6 +458,25 @@ class DocumentReader:
 
     # -- decoding --------------------------------------------------------------------------
 
+    def _attrib(self, el: Any) -> Any:
+        """`el`'s attributes, once their number is known to be sane."""
+        attrib = el.attrib
+        n = len(attrib)  # counted without reading the values: linear
+        if n > MAX_ATTRIBUTES:
+            raise ReadError(
+                f"an element with {n} attributes (at most {MAX_ATTRIBUTES} are read): "
+                "not a ResourceSync document",
+                source=self.name,
+                line=el.sourceline,
+            )
+        return attrib
+
+    def _subtree(self, el: Any) -> Any:
+        """`el`, once every element in it is known to have a sane number of attributes."""
+        for e in el.iter():
+            self._attrib(e)
+        return el
+
     def _problem(self, message: str, line: int | None, entry: str | None) -> None:
         if self.on_problem is None:
             raise FormatError(message, source=self.name, line=line, entry=entry)
@@ -465,7 +488,7 @@ class DocumentReader:
             if prefix and uri not in (SITEMAP_NS, RS_NS):
                 doc.namespaces[prefix] = uri
         if root.attrib:
-            doc.attrs.update(root.attrib)
+            doc.attrs.update(self._attrib(root))
         for el in root:
             if el is first_entry:
                 break
@@ -481,16 +504,16 @@ class DocumentReader:
             if "md" in self.header_lines:
                 self._problem("more than one document-level <rs:md>", line, None)
             self.header_lines.setdefault("md", line)
-            self._md(el.attrib, doc, line, None)
+            self._md(self._attrib(el), doc, line, None)
         elif tag == RS_LN:
             self.header_lines.setdefault(f"ln:{el.get('rel')}", line)
-            link = self._link(el.attrib, line, None)
+            link = self._link(self._attrib(el), line, None)
             if link is not None:
                 doc.links.append(link)
         elif tag in (URL, SITEMAP):
             return
         else:
-            doc.extensions.append(_c14n(el))
+            doc.extensions.append(_c14n(self._subtree(el)))
 
     def _datetime(self, text: str | None, what: str, line: int, loc: str | None) -> Any:
         if text is None:
@@ -626,7 +649,7 @@ class DocumentReader:
         seen_loc = False
         seen_md = False
         if el.attrib:
-            res.attrs.update(el.attrib)
+            res.attrs.update(self._attrib(el))
         # el[:] hands over the children as one list: several times cheaper than iterating.
         for child in el[:]:
             tag = child.tag
@@ -638,7 +661,7 @@ class DocumentReader:
                 if seen_md:
                     self._repeated_md(child.sourceline, res.loc or None)
                 seen_md = True
-                for key, value in child.items():
+                for key, value in self._attrib(child).items():
                     if key == "hash":
                         res.hashes = self._hashes(
                             value, "rs:md hash", child.sourceline, res.loc or None
@@ -668,7 +691,7 @@ class DocumentReader:
                 except W3CDatetimeError:
                     res.lastmod = self._datetime(text, "lastmod", child.sourceline, res.loc)
             elif tag == RS_LN:
-                link = self._link(child.attrib, child.sourceline, res.loc or None)
+                link = self._link(self._attrib(child), child.sourceline, res.loc or None)
                 if link is not None:
                     res.links.append(link)
             elif tag == CHANGEFREQ:
@@ -679,7 +702,7 @@ class DocumentReader:
                 except ValueError:
                     self._problem(f"priority: {child.text!r} is not a number", line, res.loc)
             elif isinstance(tag, str):
-                res.extensions.append(_c14n(child))
+                res.extensions.append(_c14n(self._subtree(child)))
         if not seen_loc or not res.loc:
             self._problem(f"<{_name(el.tag)}> without <loc>", line, None)
         return res
