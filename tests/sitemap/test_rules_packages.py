@@ -41,8 +41,8 @@ def test_a_package_of_another_length_and_hash_is_an_error(tmp_path: Path) -> Non
     with zipfile.ZipFile(zpath, "a") as z:
         z.writestr("extra.txt", b"not in the dump's figures")
     rules = check(tmp_path, dump)
-    assert "core-dump-package-length" in rules
-    assert "core-dump-package-hash" in rules
+    assert "core-dump-package-length-mismatch" in rules
+    assert "core-dump-package-hash-mismatch" in rules
     # Without --packages nothing is downloaded and nothing said.
     assert validate([dump], resolver=resolver(tmp_path)).ok
 

@@ -217,3 +217,23 @@ def test_a_framework_notification_validates_without_up_and_with_index_links() ->
     other = url("http://example.com/w.xml", 'change="updated" capability="widgetlist"')
     report = check(doc(fn, other, links=()))
     assert [(f.level, f.rule) for f in report.findings] == [(WARNING, "fn-4-capability-unknown")]
+
+
+def test_every_rule_id_in_the_code_is_registered_and_every_registered_id_is_used() -> None:
+    """The ids are the stable interface of --json: RULES lists them all, once."""
+    import re
+    from pathlib import Path
+
+    from resourcesync.sitemap import rules as rules_package
+    from resourcesync.sitemap.rules import RULES
+
+    here = Path(rules_package.__file__).parent
+    pattern = re.compile(
+        r'"((?:core|appendix|archives|cn|fn|sitemap|w3c|value|follow|unreadable)(?:-[a-z0-9.]+)*)"'
+    )
+    used = set()
+    for path in here.glob("*.py"):
+        if path.name != "findings.py":
+            used |= set(pattern.findall(path.read_text(encoding="utf-8")))
+    used -= {"core"}
+    assert used == set(RULES)

@@ -7,11 +7,12 @@ list them (with `follow`). `validate` runs both over targets.
 from __future__ import annotations
 
 from .document import DocumentChecker, Series, problem_rule
-from .findings import ERROR, WARNING, DocumentSummary, Finding, Report
+from .findings import ERROR, RULES, WARNING, DocumentSummary, Finding, Report
 from .validate import validate
 
 __all__ = [
     "ERROR",
+    "RULES",
     "WARNING",
     "DocumentChecker",
     "DocumentSummary",

@@ -72,14 +72,14 @@ def check_package(
         with _local(source, client, max_bytes, hasher) as path:
             if res.length is not None and hasher.length != res.length:
                 error(
-                    "core-dump-package-length",
+                    "core-dump-package-length-mismatch",
                     f"the package is {hasher.length} bytes, the dump says {res.length}",
                 )
             for algo, digest in hasher.hexdigests().items():
                 said = normalise_digest(algo, res.hashes[algo]) or res.hashes[algo]
                 if said.lower() != digest:
                     error(
-                        "core-dump-package-hash",
+                        "core-dump-package-hash-mismatch",
                         f"the package's {algo} is {digest}, the dump says {res.hashes[algo]}",
                     )
             _check_zip(path, reader, res, resolver, client, max_bytes, error)
