@@ -174,7 +174,7 @@ def _scope(options: HttpOptions, request: httpx.Request, told: set[str]) -> None
             )
 
 
-def _guard(options: HttpOptions, response: httpx.Response) -> None:
+def _guard(options: HttpOptions, response: httpx.Response, asynchronous: bool) -> None:
     """Put the response body behind a `_Guard` (size, deadline, rate, capped decoding)."""
     started = response.request.extensions.get("resourcesync.started", time.monotonic())
     codings = [
@@ -188,9 +188,9 @@ def _guard(options: HttpOptions, response: httpx.Response) -> None:
     if codings:
         # Decoded here, in bounded pieces: httpx would inflate a whole network read at once.
         del response.headers["content-encoding"]
-    if isinstance(response.stream, httpx.AsyncByteStream):
+    if asynchronous and isinstance(response.stream, httpx.AsyncByteStream):
         response.stream = _AsyncGuarded(response.stream, guard)
-    elif isinstance(response.stream, httpx.SyncByteStream):
+    elif not asynchronous and isinstance(response.stream, httpx.SyncByteStream):
         response.stream = _SyncGuarded(response.stream, guard)
 
 
@@ -208,10 +208,14 @@ def _hooks(options: HttpOptions, asynchronous: bool) -> dict[str, list[Any]]:
             on_request(request)
 
         async def response_hook(response: httpx.Response) -> None:
-            _guard(options, response)
+            _guard(options, response, asynchronous=True)
 
         return {"request": [request_hook], "response": [response_hook]}
-    return {"request": [on_request], "response": [lambda response: _guard(options, response)]}
+
+    def on_response(response: httpx.Response) -> None:
+        _guard(options, response, asynchronous=False)
+
+    return {"request": [on_request], "response": [on_response]}
 
 
 class _Inflate:
