@@ -135,6 +135,11 @@ _IANA = """
 """
 IANA_RELATIONS = frozenset(_IANA.split())
 
+# A well-formed hex digest of each known algorithm (anything else goes to check_hash_value).
+_GOOD_DIGEST = {
+    algo: re.compile(f"[0-9a-fA-F]{{{n}}}")
+    for algo, n in (("md5", 32), ("sha-1", 40), ("sha-256", 64))
+}
 _ABSOLUTE_HTTP = re.compile(r"(?i)https?://[^/?#\s]+(?:[/?#]\S*)?")
 _URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
 
@@ -476,6 +481,9 @@ class DocumentChecker:
 
     def _check_hashes(self, hashes: dict[str, str], line: int | None, entry: str | None) -> None:
         for algo, value in hashes.items():
+            good = _GOOD_DIGEST.get(algo)
+            if good is not None and good.fullmatch(value) is not None:
+                continue  # the common case, in one step
             problem = check_hash_value(algo, value)
             if problem is not None:
                 self.warning("core-7-hash", f"hash {problem}", line, entry)
