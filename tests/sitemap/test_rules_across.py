@@ -5,16 +5,13 @@ and are found beside the file that lists them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from resourcesync.cli import main
 from resourcesync.sitemap import Report, validate
-from tests.servers import serve
-from tests.sitemap.test_http_read import Site
+from tests.sitemap.test_http_read import Site, site  # noqa: F401 - its fixture
 from tests.sitemap.test_rules import doc, sitemap, url
 
 E = "http://example.com"
@@ -193,20 +190,11 @@ def test_the_command_follows_from_a_description_by_default_and_not_with_no_follo
     assert len(json.loads(result.stdout)["documents"]) == 3
 
 
-@pytest.fixture
-def http_site() -> Iterator[Site]:
-    s = Site()
-    with serve(s.app) as base:
-        s.base = base
-        yield s
-
-
 def test_over_http_up_links_are_checked_against_the_urls_documents_were_fetched_from(
-    http_site: Site,
+    site: Site,  # noqa: F811 - test_http_read's fixture
 ) -> None:
     """Over HTTP a document's URL is where it was fetched from: a listed document's up link
     must name it (core 1.1 §10.1); the Capability List is followed by default."""
-    site = http_site
 
     def rl(up: str) -> bytes:
         return doc(
