@@ -224,3 +224,16 @@ def test_over_http_up_links_are_checked_against_the_urls_documents_were_fetched_
     ]
     up = next(f for f in report["findings"] if f["rule"] == "core-up-target")
     assert site.url("/capabilitylist.xml") in up["message"]
+
+
+def test_overlapping_change_lists_are_an_error(tmp_path: Path) -> None:
+    docs = tree()
+    earlier = "2013-01-01T18:00:00Z"
+    docs["cl2.xml"] = doc(f'capability="changelist" from="{earlier}" until="{T3}"', change("a", T2))
+    docs["changelist.xml"] = docs["changelist.xml"].replace(
+        f'cl2.xml</loc><rs:md from="{T2}"'.encode(),
+        f'cl2.xml</loc><rs:md from="{earlier}"'.encode(),
+    )
+    report = validate([write(tmp_path, docs)], follow=True)
+    assert ("core-12.2-overlap", "changelist.xml") in rules(report)
+    assert ("core-12.2-overlap", "changelist-archive.xml") in rules(report)

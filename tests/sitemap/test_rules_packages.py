@@ -81,3 +81,20 @@ def test_a_package_that_cannot_be_read_is_one_error_not_a_crash(tmp_path: Path) 
     assert "core-dump-package-unreadable" in check(tmp_path, dump)
     zpath.write_bytes(b"not a zip at all")
     assert "core-dump-package-unreadable" in check(tmp_path, dump)
+
+
+def test_a_dump_links_its_own_kind_of_manifest(tmp_path: Path) -> None:
+    dump = published(tmp_path)
+    _, (package,) = read_document(dump)
+    link = package.link("contents")
+    assert link is not None
+    manifest = tmp_path / "out" / link.href.removeprefix(DOCS)
+    report = validate([dump], follow=True, resolver=resolver(tmp_path))
+    assert report.ok, [str(f) for f in report.findings]
+    manifest.write_bytes(
+        manifest.read_bytes().replace(
+            b'capability="resourcedump-manifest"', b'capability="changedump-manifest"'
+        )
+    )
+    report = validate([dump], follow=True, resolver=resolver(tmp_path))
+    assert "core-dump-manifest-capability" in {f.rule for f in report.errors}
