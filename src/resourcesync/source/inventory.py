@@ -277,11 +277,25 @@ class DirectoryInventory:
             self.stats.skipped_names.append(_printable(prefix))
             return None
         try:
-            with os.scandir(directory) as it:
-                entries = list(it)
+            # Listed through a descriptor, so that each entry's stat is an fstatat() of its
+            # name: the kernel does not walk the directory's path again for every file.
+            fd = os.open(directory, _DIRECTORY)
         except OSError as exc:
             self.stats.unreadable.append(f"{prefix or '.'}: {exc.strerror}")
             return None
+        try:
+            return self._entries(fd, directory, prefix)
+        except OSError as exc:
+            self.stats.unreadable.append(f"{prefix or '.'}: {exc.strerror}")
+            return None
+        finally:
+            os.close(fd)
+
+    def _entries(
+        self, fd: int, directory: str, prefix: str
+    ) -> tuple[dict[str, Stat], list[os.DirEntry[str]]]:
+        with os.scandir(fd) as it:
+            entries = list(it)
         follow = self.follow_symlinks
         hidden = self.hidden
         filtering = bool(self.exclude or self.include)
@@ -297,11 +311,11 @@ class DirectoryInventory:
                 is_dir = entry.is_dir(follow_symlinks=follow)
             except OSError:
                 continue
-            if entry.is_symlink() and not self._link_inside(entry.path):
+            if entry.is_symlink() and not self._link_inside(os.path.join(directory, name)):
                 stats.skipped_links += 1
                 continue
             if is_dir:
-                if os.path.realpath(entry.path) in self._skip:
+                if os.path.realpath(os.path.join(directory, name)) in self._skip:
                     continue
                 if self._excluded(prefix + name):
                     stats.excluded += 1
@@ -351,6 +365,9 @@ class DirectoryInventory:
             return False
         real = os.path.realpath(path)
         return real == self._real_root or real.startswith(self._real_root + os.sep)
+
+
+_DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 
 
 def _file_uri(prefix: str, name: str) -> str:
