@@ -125,3 +125,30 @@ def test_a_dirty_file_is_read_again_though_its_stat_did_not_change(tmp_path: Pat
         state.mark_dirty(["a.txt"])
         result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
         assert (result.updated, result.rehashed, result.unchanged) == (1, 1, 1)
+
+
+def test_change_lists_from_the_kept_entries_are_the_ones_the_journal_gives(tmp_path: Path) -> None:
+    from resourcesync.sitemap import read_document, write_document
+    from resourcesync.source.config import PublishConfig, SetConfig
+    from resourcesync.source.publish import publish
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    (data / "b&c <d>.txt").write_text("b")
+    cfg = PublishConfig(out=tmp_path / "out", sets=[SetConfig("s", data, BASE)])
+    publish(cfg)
+    (data / "a.txt").write_text("a2")
+    (data / "b&c <d>.txt").unlink()
+    (data / "é.txt").write_text("new")
+    publish(cfg)
+    written = (tmp_path / "out" / "s" / "changelist.xml").read_bytes()
+    doc, entries = read_document(tmp_path / "out" / "s" / "changelist.xml")
+    assert [e.change for e in entries] == ["updated", "deleted", "created"]
+    again = tmp_path / "again.xml"
+    with SetState(tmp_path / "out" / ".resourcesync" / "s.sqlite") as state:
+        write_document(again, doc, state.changes(1))
+        assert again.read_bytes() == written
+        # A state from before the entries were kept: the same document.
+        state.db.execute("UPDATE changes SET xml = NULL")
+        assert b"".join(state.change_entries(1)) in written

@@ -44,7 +44,7 @@ from ..errors import ResourceSyncError
 from ..hashing import parse_hashes
 from ..model import Capability, Document, Link, Resource
 from ..sitemap import write_document, write_split
-from ..sitemap.write import part_name
+from ..sitemap.write import DocumentWriter, part_name
 from ..w3cdt import format_w3c, parse_w3c
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, PublishConfig, SetConfig
 from .inventory import DirectoryInventory, Inventory, ScanStats
@@ -418,6 +418,16 @@ class _SetPublisher:
         self.written += 1
         return n
 
+    def write_changes(self, name: str, doc: Document, first: int, last: int | None = None) -> None:
+        """A Change List of the journal's entries from `first` (to `last`)."""
+        if self.v != "1.1":
+            self.write(name, doc, self.state.changes(first, last))
+            return
+        with DocumentWriter(self.path(name), doc, fsync=self.config.fsync) as w:
+            for xml in self.state.change_entries(first, last):
+                w.write_bytes(xml)
+        self.written += 1
+
     def event(self, capability: str, name: str, change: str, *, index: str | None = None) -> None:
         """Note a change to one of the set's documents for the framework channel (never an
         index: a document under one names it with rel="index")."""
@@ -656,7 +666,7 @@ class _SetPublisher:
                     until=row.until,
                     links=[self.up, index_link],
                 )
-                self.write(name, doc, state.changes(row.first_seq, row.last_seq))
+                self.write_changes(name, doc, row.first_seq, row.last_seq)
                 self.event(Capability.CHANGELIST, name, "created", index="changelist.xml")
         if closed and closed[-1].id > written:
             state.put("cl_closed_written", str(closed[-1].id))
@@ -685,7 +695,7 @@ class _SetPublisher:
                 Capability.CHANGELIST, from_=open_row.from_, links=[self.up, index_link]
             )
             if self.redo or rotated or not self.path(self._cl_name(open_row)).exists():
-                self.write(self._cl_name(open_row), open_doc, state.changes(open_row.first_seq))
+                self.write_changes(self._cl_name(open_row), open_doc, open_row.first_seq)
                 self.event(
                     Capability.CHANGELIST,
                     self._cl_name(open_row),
@@ -718,7 +728,7 @@ class _SetPublisher:
             )
             if self.redo or not self.path("changelist.xml").exists():
                 existed = self.path("changelist.xml").exists()
-                self.write("changelist.xml", doc, state.changes(open_row.first_seq))
+                self.write_changes("changelist.xml", doc, open_row.first_seq)
                 self.event(
                     Capability.CHANGELIST, "changelist.xml", "updated" if existed else "created"
                 )

@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS changes (
     length INTEGER,
     type TEXT,
     hashes TEXT,
-    run INTEGER NOT NULL
+    run INTEGER NOT NULL,
+    xml BLOB
 );
 CREATE TABLE IF NOT EXISTS dirs (
     path TEXT PRIMARY KEY,
@@ -220,6 +221,10 @@ class SetState:
             raise StateError(
                 f"state written by a newer resourcesync (format {version})", source=str(path)
             )
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(changes)")}
+        if "xml" not in columns:
+            # Change List entries serialized when journaled (NULL in a state from before).
+            self.db.execute("ALTER TABLE changes ADD COLUMN xml BLOB")
 
     def close(self) -> None:
         self.db.close()
@@ -681,6 +686,18 @@ class SetState:
         for row in cur:
             yield _change(*row)
 
+    def change_entries(self, first_seq: int, last_seq: int | None = None) -> Iterator[bytes]:
+        """Like `changes`, as Change List entries serialized for version 1.1 (kept since they
+        were journaled: rewriting the open Change List costs no parsing)."""
+        hi = last_seq if last_seq is not None else 1 << 62
+        cur = self.db.execute(
+            "SELECT uri, change, datetime, lastmod, length, type, hashes, xml FROM changes "
+            "WHERE seq BETWEEN ? AND ? ORDER BY seq",
+            (first_seq, hi),
+        )
+        for *row, xml in cur:
+            yield bytes(xml) if xml is not None else entry_xml(_change(*row))
+
     def packaged_changes(self, first_seq: int, last_seq: int) -> Iterator[tuple[str, Resource]]:
         """(key, entry) of the journal entries in a range that a Change Dump package holds:
         every deletion, and of a key's other changes the last (a package holds one bitstream
@@ -911,8 +928,8 @@ class _Journal:
         if self.changes:
             self.db.executemany(
                 "INSERT INTO changes (key, uri, change, datetime, lastmod, length, type, "
-                "hashes, run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                self.changes,
+                "hashes, run, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(*row, entry_xml(_change(*row[1:8]))) for row in self.changes],
             )
             self.changes.clear()
 
