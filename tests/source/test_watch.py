@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,36 @@ def test_publishing_changed_paths_scans_only_their_directories(tmp_path: Path) -
     assert set(check_history(tmp_path / "out", DOCS, "set1").current) == files(data)
 
 
+@contextlib.contextmanager
+def watching(cfg: PublishConfig, **kw: float) -> Iterator[list[PublishResult | Exception]]:
+    """The watcher running in a thread, its reports in the list."""
+    results: list[PublishResult | Exception] = []
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    def run() -> None:
+        watcher = republish_on_change(cfg, results.append, quiet=0.05, stop_event=stop, **kw)
+        loop.run_until_complete(watcher)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        time.sleep(0.5)  # the watch is set up
+        yield results
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=20)
+        loop.close()
+
+
+def wait_for_changes(tmp_path: Path, n: int) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if len(check_history(tmp_path / "out", DOCS, "set1").changes) >= n:
+            return
+        time.sleep(0.1)
+
+
 def test_the_watcher_publishes_changes_it_hears_of(tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "a" / "b").mkdir(parents=True)
@@ -79,31 +111,12 @@ def test_the_watcher_publishes_changes_it_hears_of(tmp_path: Path) -> None:
         (data / "z" / f"f{i}.txt").write_text(str(i))
     cfg = config(tmp_path)
     publish(cfg)
-    results: list[PublishResult | Exception] = []
-    loop = asyncio.new_event_loop()
-    stop = asyncio.Event()
-
-    def run() -> None:
-        watching = republish_on_change(cfg, results.append, quiet=0.05, stop_event=stop)
-        loop.run_until_complete(watching)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        time.sleep(0.5)  # the watch is set up
+    with watching(cfg) as results:
         (data / "a" / "b" / "f3.txt").write_text("changed")
         (data / "a" / "c").mkdir()
         (data / "a" / "c" / "new.txt").write_text("new")
         (data / "a" / "b" / "f4.txt").unlink()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            changes = check_history(tmp_path / "out", DOCS, "set1").changes
-            if len(changes) >= 3:
-                break
-            time.sleep(0.1)
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout=20)
+        wait_for_changes(tmp_path, 3)
     assert not [r for r in results if isinstance(r, Exception)], results
     h = check_history(tmp_path / "out", DOCS, "set1")
     assert sorted((c.loc.removeprefix(BASE), c.change) for c in h.changes) == [
@@ -116,3 +129,20 @@ def test_the_watcher_publishes_changes_it_hears_of(tmp_path: Path) -> None:
     scans = [r.sets[0].scan for r in results if isinstance(r, PublishResult)]
     assert scans and all(s.unchanged < 20 for s in scans), [s.unchanged for s in scans]
     assert scans[-1].resources == len(files(data))
+
+
+def test_the_watcher_scans_the_whole_tree_now_and_then(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    for d in ("x", "y"):
+        (data / d).mkdir(parents=True)
+        (data / d / "f.txt").write_text(d)
+    cfg = config(tmp_path)
+    publish(cfg)
+    # Changed while no watcher was running: only a whole scan finds it.
+    (data / "y" / "f.txt").write_text("y changed unheard")
+    with watching(cfg, full_every=0) as results:
+        (data / "x" / "f.txt").write_text("x changed")
+        wait_for_changes(tmp_path, 2)
+    assert not [r for r in results if isinstance(r, Exception)], results
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    assert sorted(c.loc.removeprefix(BASE) for c in h.changes) == ["x/f.txt", "y/f.txt"]

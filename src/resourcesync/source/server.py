@@ -40,6 +40,7 @@ import mimetypes
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
@@ -963,6 +964,7 @@ async def republish_on_change(
     *,
     quiet: float = 1.0,
     stop_event: _Event | None = None,
+    full_every: float = 600.0,
 ) -> None:
     """Publish `config` again whenever its sets' directories change, once the changes have
     paused for `quiet` seconds (a burst of writes is one publication; a steady stream is
@@ -971,6 +973,10 @@ async def republish_on_change(
     One publication at a time, in a worker thread (the server keeps answering); changes made
     meanwhile are picked up by the next one. `report` gets each result, or the error of a
     publication that failed (the last good publication stays served).
+
+    A publication scans only the directories of the paths it heard of; one after `full_every`
+    seconds scans the whole tree (what a watch can miss: a change while it was not running,
+    an event queue that overflowed).
     """
     from watchfiles import DefaultFilter, awatch
 
@@ -982,6 +988,7 @@ async def republish_on_change(
     step = max(int(quiet * 1000), 10)
     # The paths heard of and not yet published (kept across a publication that failed).
     pending: dict[str, set[str]] = {s.name: set() for s in config.sets}
+    last_full = time.monotonic()
     async for changes in awatch(
         *dirs,
         watch_filter=DefaultFilter(ignore_paths=ignore),
@@ -994,15 +1001,18 @@ async def republish_on_change(
         # Only the directories that changed are scanned again (issue 15.4): the tree is not
         # walked for one file.
         changed = {name: set(paths) for name, paths in pending.items()}
+        full = time.monotonic() - last_full >= full_every
         try:
             result = await anyio.to_thread.run_sync(
-                functools.partial(publish, config, changed=changed)
+                functools.partial(publish, config, changed=None if full else changed)
             )
         except (ResourceSyncError, OSError) as exc:
             report(exc)
         else:
             for name, paths in changed.items():
                 pending[name] -= paths
+            if full:
+                last_full = time.monotonic()
             report(result)
 
 
