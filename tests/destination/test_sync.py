@@ -282,9 +282,11 @@ def test_a_gap_is_reported_and_baseline_recovers(tmp_path: Path) -> None:
 def test_a_change_list_the_index_names_but_the_source_lost(tmp_path: Path) -> None:
     """The Source's closed Change Lists vanish while its index still names them: an error
     naming the missing list (exit 2), nothing applied, and `--baseline` recovers (its Resource
-    List and the open Change List after it are enough)."""
+    List, written by every run here, and the open Change List after it are enough)."""
     dest = tmp_path / "dest"
-    with published_source(tmp_path, {"a.txt": b"a"}, changelist_max_entries=1) as src:
+    with published_source(
+        tmp_path, {"a.txt": b"a"}, changelist_max_entries=1, resourcelist_every="always"
+    ) as src:
         assert cli("sync", src.root, dest).exit_code == 0
         for i in range(4):
             (src.data / f"n{i}.txt").write_bytes(b"%d" % i)

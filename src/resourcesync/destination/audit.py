@@ -19,7 +19,7 @@ from ..sitemap.follow import FOLLOW_INDEX
 from .discover import SetInfo, discover
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import SyncOptions, scoped
-from .plan import change_entries, lists_covering
+from .plan import change_entries, expect, lists_covering
 from .report import AuditReport
 from .state import DestinationState
 
@@ -138,6 +138,7 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any) -> None:
     insert = "INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?, ?)"
     for visit in walk(url, mode=FOLLOW_INDEX, client=client):
         doc = visit.reader.document
+        expect(doc.capability, "resourcelist", visit.name)
         if at is None:
             at = doc.at or doc.completed
         if doc.index:

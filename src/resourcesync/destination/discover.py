@@ -15,7 +15,8 @@ from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from ..errors import ReadError
+from ..errors import FetchError, ReadError
+from ..http import Unreachable
 from ..model import Capability, Document
 from ..sitemap import open_document
 from ..sitemap.read import is_url
@@ -110,16 +111,58 @@ def _fetch(client: Any, url: str) -> Any:
         return response, body
 
 
-def _try_document(target: str, client: Any) -> tuple[Document, list[Any]] | None:
+def _try_document(
+    target: str, client: Any, why: list[ReadError] | None = None
+) -> tuple[Document, list[Any]] | None:
+    """The document at `target`, or None; why not is appended to `why`. A host that cannot
+    be reached ends discovery at once (the next places to look are on the same host)."""
     try:
         return _read_doc(target, client)
-    except ReadError:
+    except Unreachable:
+        raise
+    except ReadError as exc:
+        if why is not None:
+            why.append(exc)
         return None
+
+
+def _absent(exc: ReadError) -> bool:
+    """Whether `exc` says there is no ResourceSync document at that address (nothing, or a
+    page such as a site's "not found" page served with 200) rather than one that could not
+    be used."""
+    if isinstance(exc, FetchError):
+        return exc.message.startswith(("HTTP 404", "HTTP 410"))
+    return exc.message.startswith("not a sitemap document")
 
 
 def discover(source: str, *, client: Any = None, choose: str | None = None) -> SourceInfo:
     """Find the sets of a Source from SOURCE (see the module docstring). `choose` picks one
-    set by name (the folder of its Capability List) or by its Capability List URL."""
+    set by name (the folder of its Capability List) or by its Capability List URL. A host
+    that cannot be reached is said plainly, at its first request (issue 14.6)."""
+    try:
+        return _discover(source, client, choose)
+    except Unreachable as exc:
+        parts = urlsplit(exc.source or source)
+        raise ReadError(
+            f"cannot connect to {parts.netloc}: {_plain(exc.message)}", source=source
+        ) from None
+
+
+def _plain(message: str) -> str:
+    """A connection failure as a person would say it."""
+    low = message.lower()
+    if "refused" in low:
+        return "connection refused (is the Source running, on that port?)"
+    if "name or service not known" in low or "nodename nor servname" in low or "getaddrinfo" in low:
+        return "no such host (a typo in the address?)"
+    if "timed out" in low or "timeout" in low:
+        return "the connection timed out"
+    if "ssl" in low or "certificate" in low:
+        return f"TLS failed: {message.removeprefix('request failed: ')}"
+    return message.removeprefix("request failed: ")
+
+
+def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
     local = not is_url(source)
     base = source if (not local and urlsplit(source).path in ("", "/")) else ""
     # A site root is a page, not a document: discovery starts at once (well-known first).
@@ -131,8 +174,22 @@ def discover(source: str, *, client: Any = None, choose: str | None = None) -> S
     else:
         # Not a document: a site (or a page of it). Core §8.2 discovery, in order.
         base = base or (source if source.endswith("/") else site_root(source))
-        found, how = _discover_site(source, client)
+        why: list[ReadError] = []
+        found, how = _discover_site(source, client, why)
         if found is None:
+            unusable = [e for e in why if not _absent(e)]
+            if unusable:
+                # Something is there but could not be used: say what and why (issue 17.16).
+                first = unusable[0]
+                where = first.source if first.source != source else ""
+                if first.line:
+                    where = f"{where}:{first.line}" if where else f"line {first.line}"
+                raise ReadError(
+                    f"no usable ResourceSync document: {where}: {first.message}"
+                    if where
+                    else f"no usable ResourceSync document: {first.message}",
+                    source=source,
+                )
             raise ReadError(
                 "no ResourceSync here: no /.well-known/resourcesync, no Sitemap line in "
                 'robots.txt, no rel="resourcesync" link',
@@ -151,10 +208,12 @@ def discover(source: str, *, client: Any = None, choose: str | None = None) -> S
     return SourceInfo(given=source, base=base, description=description, sets=sets, how=how)
 
 
-def _discover_site(source: str, client: Any) -> tuple[tuple[str, Document, list[Any]] | None, str]:
+def _discover_site(
+    source: str, client: Any, why: list[ReadError]
+) -> tuple[tuple[str, Document, list[Any]] | None, str]:
     root = site_root(source)
     well_known = root + ".well-known/resourcesync"
-    got = _try_document(well_known, client)
+    got = _try_document(well_known, client, why)
     if got is not None:
         return (well_known, *got), "well-known URI"
     try:
@@ -163,7 +222,7 @@ def _discover_site(source: str, client: Any) -> tuple[tuple[str, Document, list[
             key, sep, value = line.partition(":")
             if sep and key.strip().lower() == "sitemap":
                 target = urljoin(root, value.strip())
-                got = _try_document(target, client)
+                got = _try_document(target, client, why)
                 if got is not None:
                     return (target, *got), "robots.txt"
     except ReadError:
@@ -174,14 +233,14 @@ def _discover_site(source: str, client: Any) -> tuple[tuple[str, Document, list[
         return None, ""
     for link in response.headers.get_list("link"):
         for target in _link_header(link):
-            got = _try_document(urljoin(source, target), client)
+            got = _try_document(urljoin(source, target), client, why)
             if got is not None:
                 return (urljoin(source, target), *got), "Link header"
     finder = _LinkFinder()
     finder.feed(page.decode("utf-8", "replace"))
     for href in finder.found:
         target = urljoin(source, href)
-        got = _try_document(target, client)
+        got = _try_document(target, client, why)
         if got is not None:
             return (target, *got), "HTML link"
     return None, ""
@@ -209,9 +268,19 @@ def _sets_from(
     if cap == Capability.DESCRIPTION:
         sets = []
         for e in entries:
-            got = _try_document(e.loc, client)
-            if got is None or got[0].capability != Capability.CAPABILITYLIST:
-                raise ReadError(f"the Capability List {e.loc} cannot be read", source=url)
+            why: list[ReadError] = []
+            got = _try_document(e.loc, client, why)
+            if got is None:
+                reason = f"{why[0].message}" if why else "unreadable"
+                if why and why[0].line:
+                    reason = f"line {why[0].line}: {reason}"
+                raise ReadError(f"the Capability List {e.loc} cannot be read: {reason}", source=url)
+            if got[0].capability != Capability.CAPABILITYLIST:
+                raise ReadError(
+                    f"{e.loc} is listed as a Capability List but is a "
+                    f"{got[0].capability or 'document without capability'}",
+                    source=url,
+                )
             sets.append(_from_capabilitylist(e.loc, got[1]))
         return sets, url
     if cap == Capability.CAPABILITYLIST:

@@ -28,7 +28,7 @@ from .options import Run
 from .report import SetReport
 from .state import Cursor, path_key
 
-__all__ = ["Plan", "Planner", "change_entries", "lists_covering", "same"]
+__all__ = ["Plan", "Planner", "change_entries", "expect", "lists_covering", "same"]
 
 _BATCH = 2000
 #: Documents one walk of an index may read (10,000 parts of 50,000 entries is legitimate).
@@ -140,6 +140,15 @@ class Plan:
                 yield uri, res
 
 
+def expect(capability: str | None, wanted: str, url: str) -> None:
+    """A document read as a `wanted` must say it is one: a Resource List that turns out to be
+    something else is not an empty list (synced as such, it would delete the whole copy).
+    One that says nothing (no `rs:md capability`, which the spec requires) is taken for what
+    it was linked as; the validator reports it."""
+    if capability is not None and capability != wanted:
+        raise ReadError(f"expected a {wanted}, found a {capability}", source=url)
+
+
 def tell_warnings(reader: DocumentReader, report: SetReport) -> None:
     """Rules the document bent that we read through (zone-less datetimes, base64 digests),
     once per document: reported, not failed."""
@@ -200,6 +209,7 @@ class Planner:
             on_skip=skip,
         ):
             doc = visit.reader.document
+            expect(doc.capability, "resourcelist", visit.name)
             if at is None:
                 at = doc.at or doc.completed
             if doc.index:
@@ -410,7 +420,7 @@ def change_entries(
         done.add(list_url)
         nested: list[str] = []
         with open_document(list_url, client=client) as reader:
-            reader.document  # noqa: B018
+            expect(reader.document.capability, "changelist", list_url)
             for res in reader:
                 if res.capability is not None:
                     if res.capability == "changelist":
@@ -439,6 +449,7 @@ def lists_covering(
     candidates: dict[str, tuple[datetime | None, datetime | None]] = {}
     with open_document(url, client=client) as reader:
         doc = reader.document
+        expect(doc.capability, "changelist", url)
         if doc.index:
             for res in reader:
                 candidates[res.loc] = (res.from_, res.until)
