@@ -103,6 +103,28 @@ def test_a_body_that_never_ends_is_abandoned_at_max_size(tmp_path: Path) -> None
     assert endless.sent < 32 * MiB
 
 
+def test_an_endless_update_keeps_the_previous_copy(tmp_path: Path) -> None:
+    """A resource held, then changed at the Source into a body that never ends: abandoned
+    at --max-size, and the copy we held stays in place, whole."""
+    dest = tmp_path / "dest"
+    endless = Endless()
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.bin"] = b"version 1"
+        src.publish([{"loc": b + "/a.bin"}])
+        code, _ = cli_json("sync", b + "/", dest, *FAST)
+        assert code == 0
+        del src.files["/a.bin"]
+        src.handlers["/a.bin"] = endless.handler()
+        src.publish([{"loc": b + "/a.bin", "md5": "0" * 32}], at="2024-02-01T00:00:00Z")
+        code, summary = cli_json("sync", b + "/", dest, "--baseline", "--max-size", "1M", *FAST)
+    assert code == 1
+    assert any("--max-size" in m for m in problems(summary)), problems(summary)
+    assert (dest / "a.bin").read_bytes() == b"version 1"
+    assert not [p for p in files_under(dest) if p.endswith(".part")]
+    assert endless.sent < 32 * MiB
+
+
 def test_an_endless_dump_package_is_abandoned_at_its_declared_length(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     endless = Endless()
