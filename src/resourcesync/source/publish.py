@@ -295,7 +295,7 @@ def _publish(
             set_docs[s.name] = publisher.documents
             framework[s.name] = (publisher.events, publisher.framework_marks, result)
             recent[s.name] = state.recent_changes()
-            counts[s.name] = state.count()
+            counts[s.name] = scan.resources
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     if not dry_run:

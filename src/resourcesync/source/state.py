@@ -452,12 +452,10 @@ class SetState:
                 differ |= old_files.keys() - files.keys()
                 result.unchanged += len(files) - len(differ & files.keys())
                 kept: dict[str, Stat | None] = dict(files)
+                # A first scan has nothing to look up.
+                rows = {} if result.baseline else self._rows(prefix, differ)
                 for name in sorted(differ):
-                    old = self.db.execute(
-                        "SELECT key, uri, fingerprint, lastmod, length, type, hashes "
-                        "FROM resources WHERE key = ?",
-                        (prefix + name,),
-                    ).fetchone()
+                    old = rows.get(prefix + name)
                     st = files.get(name)
                     if st is None:
                         if old is not None:
@@ -487,7 +485,23 @@ class SetState:
             if j.pending() >= 2000:
                 j.flush()
         j.flush()
-        j.finish()
+        last = self.db.execute("SELECT resources FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+        j.finish(0 if result.baseline else last[0] if last is not None else None)
+
+    def _rows(self, prefix: str, names: Iterable[str]) -> dict[str, tuple[Any, ...]]:
+        """The snapshot's rows of some files of one directory, by key."""
+        keys = [prefix + name for name in names]
+        rows = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self.db.execute(
+                "SELECT key, uri, fingerprint, lastmod, length, type, hashes FROM resources "
+                f"WHERE key IN ({marks})",
+                chunk,
+            ):
+                rows[row[0]] = row
+        return rows
 
     def _known_dirs(self, prefixes: Iterable[str]) -> set[str]:
         """Each directory, or its nearest ancestor that the listings hold (a new directory is
@@ -933,8 +947,11 @@ class _Journal:
             )
             self.changes.clear()
 
-    def finish(self) -> None:
-        self.result.resources = self.state.count()
+    def finish(self, before: int | None = None) -> None:
+        """`before`: how many resources the snapshot held before (the count follows from what
+        this scan created and deleted, without counting the rows again)."""
+        r = self.result
+        r.resources = self.state.count() if before is None else before + r.created - r.deleted
         if self.last_dt is not None and self.last_dt != self.first_dt:
             self.state.put("last_datetime", format_w3c(self.last_dt))
 
