@@ -23,7 +23,6 @@ resources of a set are published at its `base_url` (the set's directory is serve
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,6 +271,8 @@ def load_config(path: str | Path) -> PublishConfig:
     Every SetConfig field can be given in a set table, by its name or its command-line name
     (`max_size` for `max_bytes`; sizes as "50M", durations as "1d").
     """
+    import tomllib  # with --config only
+
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))

@@ -14,6 +14,7 @@ pass it to `publish` for a set (see README, "Inventories").
 from __future__ import annotations
 
 import fnmatch
+import functools
 import mimetypes
 import os
 import stat
@@ -36,13 +37,20 @@ __all__ = [
     "path_to_uri",
 ]
 
+
 # The built-in table only: the system's /etc/mime.types differs between machines, and the same
 # tree must describe itself the same way wherever it is published.
-_TYPES = mimetypes.MimeTypes(filenames=())
-_TYPES.add_type("text/markdown", ".md")
-_TYPES.add_type("application/x-ndjson", ".jsonl")
-_TYPES.add_type("text/csv", ".csv")
-_TYPES.add_type("application/x-lirs", ".lirs")
+# Built on first use: a re-run that finds nothing new never needs it.
+@functools.cache
+def _types() -> mimetypes.MimeTypes:
+    types = mimetypes.MimeTypes(filenames=())
+    types.add_type("text/markdown", ".md")
+    types.add_type("application/x-ndjson", ".jsonl")
+    types.add_type("text/csv", ".csv")
+    types.add_type("application/x-lirs", ".lirs")
+    return types
+
+
 # RFC 3986 sub-delims, ':' and '@' may stand in a path segment; everything else is encoded.
 _SAFE = "/-._~!$&'()*+,;=:@"
 
@@ -62,7 +70,7 @@ def guess_type(name: str) -> str:
     suffix = name[dot:].lower() if dot > 0 else ""
     kind = _BY_SUFFIX.get(suffix)
     if kind is None:
-        guessed, encoding = _TYPES.guess_type("x" + suffix, strict=False)
+        guessed, encoding = _types().guess_type("x" + suffix, strict=False)
         kind = guessed or _COMPRESSED.get(encoding or "", "application/octet-stream")
         if len(_BY_SUFFIX) < 4096:
             _BY_SUFFIX[suffix] = kind

@@ -48,7 +48,6 @@ from ..sitemap.write import DocumentWriter, part_name
 from ..w3cdt import format_w3c, parse_w3c
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, PublishConfig, SetConfig
 from .inventory import DirectoryInventory, Inventory, ScanStats
-from .notify import announce_framework, payload, retry_in_background, send_unsent
 from .package import PackageItem, write_packages
 from .state import ChangeListRow, ScanResult, SetState
 
@@ -308,6 +307,8 @@ def _publish(
             with SetState(config.state / f"{s.name}.sqlite", clock=clock) as state:
                 if s.hub and s.framework_notification and s.name in framework:
                     events, marks, set_result = framework[s.name]
+                    from .notify import announce_framework, retry_in_background
+
                     problem = announce_framework(config, s, state, events, marks, now)
                     if problem is not None:
                         set_result.problems.append(problem)
@@ -869,6 +870,8 @@ class _SetPublisher:
         the state, and send the unsent ones to the hub in order, retrying; what the hub does not
         accept now is sent by the next run. The latest payload is also published at the topic
         URI (`change/latest.xml`, served there with its `self` and `hub` links)."""
+        from .notify import retry_in_background, send_unsent  # with a hub only
+
         state = self.state
         s = self.s
         done = state.notifications()
@@ -909,6 +912,8 @@ class _SetPublisher:
             retry_in_background(self.config)
 
     def _payload(self, first: int, last: int, from_: datetime, until: datetime) -> Document:
+        from .notify import payload
+
         return payload(self.config, self.s, from_, until)
 
     # -- Change Dump (§13) and its archive ---------------------------------------------------
