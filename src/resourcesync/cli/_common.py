@@ -3,6 +3,7 @@ and a console that shows progress on a terminal and stays quiet in pipes."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import sys
@@ -21,6 +22,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # the command ran and found something wrong (errors, differences)
 EXIT_ERROR = 2  # an input could not be read, a request failed, bad usage
+
+#: errno values that mean "no room to write" (no space, over quota, file too large).
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def stderr_console() -> Any:
@@ -67,5 +71,26 @@ def handle_errors(func: F) -> F:
             # The reader of our output went away (e.g. `| head`): not an error of ours.
             sys.stderr.close()
             sys.exit(0)
+        except OSError as exc:
+            # A file system that refuses a write (full, read-only, permission denied, a file
+            # in the way): one line naming the path; every write is atomic, so nothing is
+            # half-written and the next run completes (issue 17.17, 14.5).
+            full = exc.errno in _FULL
+            where = f"cannot write {exc.filename}" if exc.filename else "cannot write"
+            hint = ": free some space and run again" if full else ""
+            fail(f"{where}: {exc.strerror or exc}{hint}", EXIT_FINDINGS if full else EXIT_ERROR)
+        except Exception as exc:
+            sqlite3 = sys.modules.get("sqlite3")
+            if sqlite3 is None or not isinstance(exc, sqlite3.OperationalError):
+                raise
+            text = str(exc)
+            if "disk is full" in text or "disk I/O error" in text:
+                fail(
+                    f"cannot write a state database ({text}): free some space and run again",
+                    EXIT_FINDINGS,
+                )
+            if "readonly" in text or "unable to open" in text:
+                fail(f"cannot write a state database ({text})")
+            raise
 
     return wrapper  # type: ignore[return-value]

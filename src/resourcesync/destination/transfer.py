@@ -94,16 +94,34 @@ class Transfer:
         # past a few dozen connections.
         shards = max(1, (opts.transfers + POOL - 1) // POOL)
         clients = [make_async_client(opts.http) for _ in range(shards)]
+        # An error no transfer can report (the state database cannot be written: a full
+        # disk) stops the run: every task's outcome is collected here, so none is left
+        # "never retrieved", and the others are cancelled.
+        errors: list[BaseException] = []
+
+        def finished(task: asyncio.Task[None]) -> None:
+            pending.discard(task)
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                errors.append(exc)
+
         try:
             for n, (uri, res) in enumerate(plan.rows("fetch")):
                 task = asyncio.create_task(one(clients[n % shards], uri, res))
                 pending.add(task)
-                task.add_done_callback(pending.discard)
+                task.add_done_callback(finished)
                 if len(pending) >= opts.transfers * 2:
                     await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if pending:
-                await asyncio.gather(*pending)
+                if errors:
+                    raise errors[0]
+            while pending:
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if errors:
+                    raise errors[0]
         finally:
+            for task in list(pending):
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
             self.flush_records()
             for host, skipped in given_up.items():
                 report.problem(

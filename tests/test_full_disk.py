@@ -1,0 +1,85 @@
+"""A disk that fills up during `publish` or `sync` (issue 17.17): one line naming what could not
+be written, exit 1, nothing half-written, and the next run — with room again — completes.
+
+A full disk is played by RLIMIT_FSIZE in the child process (SIGXFSZ ignored, so a write past
+the limit fails with EFBIG and SQLite reports an I/O error): no root, no tmpfs needed, and the
+same code paths as ENOSPC — the OSError of a file write, the OperationalError of SQLite."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from resourcesync.sitemap import read_document
+from tests.destination.helpers import cli, entry, hand_source, tree
+
+
+def limited(limit: int, *args: str) -> subprocess.CompletedProcess[str]:
+    def cap() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "resourcesync", *args],
+        preexec_fn=cap,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _one_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_publish_on_a_full_disk_says_so_and_the_next_run_completes(tmp_path: Path) -> None:
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    for i in range(3000):
+        (data / f"f{i:05}.txt").write_text("x" * 50)
+    args = ("publish", str(data), "--out", str(out), "--base-url", "http://example.org/")
+    result = limited(300_000, *args)
+    assert result.returncode == 1, result.stderr
+    assert "free some space and run again" in _one_line(result.stderr)
+    # Nothing was published half-way: no Resource List, or none naming a file it lacks.
+    rl = out / "resourcesync" / "resourcelist.xml"
+    assert not rl.exists()
+    assert cli(*args).exit_code == 0
+    _, entries = read_document(rl)
+    assert len(entries) == 3000
+
+
+def test_sync_on_a_full_disk_reports_and_the_next_run_completes(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    big = os.urandom(400_000)
+    with hand_source() as src:
+        b = src.base
+        src.files["/small.txt"] = b"small"
+        src.files["/big.bin"] = big
+        src.publish([entry(b, "/small.txt", b"small"), entry(b, "/big.bin", big)])
+        result = limited(300_000, "sync", b, str(dest))
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        problems = [line for line in result.stderr.splitlines() if "big.bin" in line]
+        assert problems and "File too large" in problems[0], result.stderr
+        assert not [p for p in dest.rglob("*.part")]
+        assert tree(dest) == {"small.txt": b"small"}
+        assert cli("sync", b, dest).exit_code == 0
+        assert tree(dest) == {"small.txt": b"small", "big.bin": big}
+
+        # The state database itself cannot grow: one line, exit 1.
+        many = {f"/m{i:05}.txt": b"m" for i in range(3000)}
+        src.files.update(many)
+        src.publish([entry(b, path, body) for path, body in many.items()])
+        result = limited(150_000, "sync", b, str(tmp_path / "other"))
+        assert result.returncode == 1, result.stderr
+        assert "free some space and run again" in _one_line(result.stderr)
+        assert cli("sync", b, tmp_path / "other").exit_code == 0
+        assert len(tree(tmp_path / "other")) == 3000
