@@ -223,7 +223,9 @@ def _discover_site(
             if sep and key.strip().lower() == "sitemap":
                 target = urljoin(root, value.strip())
                 got = _try_document(target, client, why)
-                if got is not None:
+                # robots.txt lists plain Sitemaps too (spec Example 11 puts the Resource List
+                # among them): only a ResourceSync document ends the search (issue 10.9).
+                if got is not None and got[0].capability is not None:
                     return (target, *got), "robots.txt"
     except ReadError:
         pass
@@ -265,6 +267,19 @@ def _sets_from(
     url: str, doc: Document, entries: list[Any], client: Any
 ) -> tuple[list[SetInfo], str | None]:
     cap = doc.capability
+    if cap == Capability.DESCRIPTION and doc.index:
+        # A Source Description Index (core §8): its parts are Source Descriptions, whose
+        # entries are the Capability Lists (issue 10.9).
+        parts, entries = entries, []
+        for part in parts:
+            failed: list[ReadError] = []
+            got = _try_document(urljoin(url, part.loc) if is_url(url) else part.loc, client, failed)
+            if got is None or got[0].capability != Capability.DESCRIPTION or got[0].index:
+                reason = failed[0].message if failed else "not a Source Description"
+                raise ReadError(
+                    f"the Source Description {part.loc} cannot be used: {reason}", source=url
+                )
+            entries.extend(got[1])
     if cap == Capability.DESCRIPTION:
         sets = []
         for e in entries:
