@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from lxml import etree
 
@@ -45,6 +45,10 @@ __all__ = [
 #: we read larger ones (our own benchmarks use 1,000,000 entries) but not without bound.
 DEFAULT_MAX_BYTES = 2 * 1024**3
 CHUNK = 1 << 18
+#: The common case, checked first: a reference that is surely absolute.
+_ABSOLUTE = ("http://", "https://")
+#: A URI scheme (RFC 3986 §3.1): a reference that has one is not relative.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 #: Attributes read from one element. An `<rs:md>` has a dozen at most; lxml hands attribute
 #: values over in time quadratic in their number, so an element with 200,000 would stall the
 #: reader for minutes: such a document is refused, in linear time (issue 17.14).
@@ -171,6 +175,9 @@ class DocumentReader:
         self._client = client
         self._closers: list[Callable[[], None]] = []
         self.url: str | None = None
+        #: What relative references resolve against: the URL the document was retrieved
+        #: from, after redirects (RFC 3986 §5.1.3).
+        self.base_url: str | None = None
         self.path: Path | None = None
         raw = self._open(source, name)
         self._chunks = _Chunks(raw, self.name, max_bytes)
@@ -241,6 +248,7 @@ class DocumentReader:
 
         stream = http.open_stream(url, client=self._client)
         response = stream.__enter__()
+        self.base_url = str(response.url)
 
         def close_stream() -> None:
             stream.__exit__(None, None, None)
@@ -612,7 +620,10 @@ class DocumentReader:
         if not rel or href is None:
             self._problem("<rs:ln> needs both rel and href", line, loc)
             return None
-        link = Link(rel=rel, href=href.strip())
+        href = href.strip()
+        if not href.startswith(_ABSOLUTE) and self.base_url is not None:
+            href = self._resolved(href, "rs:ln href", line)
+        link = Link(rel=rel, href=href)
         for key, value in attrib.items():
             if key in ("rel", "href"):
                 continue
@@ -705,7 +716,17 @@ class DocumentReader:
                 res.extensions.append(_c14n(self._subtree(child)))
         if not seen_loc or not res.loc:
             self._problem(f"<{_name(el.tag)}> without <loc>", line, None)
+        elif not res.loc.startswith(_ABSOLUTE) and self.base_url is not None:
+            res.loc = self._resolved(res.loc, "<loc>", line)
         return res
+
+    def _resolved(self, ref: str, what: str, line: int | None) -> str:
+        """A relative reference resolved against the document's URL (RFC 3986 §5), as a
+        Destination needs it; the validator sees it as written and calls it an error."""
+        if self.on_problem is not None or self.base_url is None or _SCHEME.match(ref):
+            return ref
+        self._warn(f"relative-{what}", f"relative {what} values read against {self.base_url}", line)
+        return urljoin(self.base_url, ref)
 
 
 def _name(tag: str) -> str:
