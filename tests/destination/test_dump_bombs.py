@@ -78,3 +78,79 @@ def test_a_package_that_is_not_a_zip_falls_back_to_the_lists(tmp_path: Path) -> 
         assert result.stderr.strip() == (
             f"resourcesync: {b}/package.zip: not a readable ZIP package: File is not a zip file"
         )
+
+
+def _package(b: str, files: dict[str, bytes]) -> bytes:
+    """A dump package: manifest.xml and the bitstreams, as core §11 describes."""
+    entries = [
+        {**entry(b, f"/{name}", body), "path": f"/resources/{name}"} for name, body in files.items()
+    ]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(
+            "manifest.xml", urlset("resourcedump-manifest", entries, at="2024-01-01T00:00:00Z")
+        )
+        for name, body in files.items():
+            zf.writestr(f"resources/{name}", body)
+    return buf.getvalue()
+
+
+def _index(capability: str, parts: list[str]) -> bytes:
+    text = urlset(capability, [{"loc": p} for p in parts], at="2024-01-01T00:00:00Z").decode()
+    text = text.replace("<urlset ", "<sitemapindex ").replace("</urlset>", "</sitemapindex>")
+    return text.replace("<url>", "<sitemap>").replace("</url>", "</sitemap>").encode()
+
+
+def test_a_resource_dump_index_is_followed_to_its_packages(tmp_path: Path) -> None:
+    """Issue 10.8: a sitemapindex of Resource Dumps — its parts are dumps, not packages."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        files = {"a.txt": b"a", "b.txt": b"bb", "c.txt": b"ccc"}
+        src.files.update({f"/{k}": v for k, v in files.items()})
+        p1, p2 = _package(b, {"a.txt": b"a"}), _package(b, {"b.txt": b"bb", "c.txt": b"ccc"})
+        src.files["/p1.zip"], src.files["/p2.zip"] = p1, p2
+        src.publish(
+            [entry(b, f"/{k}", v) for k, v in files.items()],
+            extra_caps=[{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}],
+        )
+        src.docs["/resourcedump.xml"] = _index("resourcedump", [f"{b}/rd1.xml", f"{b}/rd2.xml"])
+        for name, package in (("rd1", p1), ("rd2", p2)):
+            number = name[-1]
+            src.docs[f"/{name}.xml"] = urlset(
+                "resourcedump",
+                [{"loc": f"{b}/p{number}.zip", "length": len(package), "md5": md5(package)}],
+                at="2024-01-01T00:00:00Z",
+            )
+        code, summary = cli_json("sync", b, dest, "--via", "dumps")
+        s = _set(summary)
+        assert code == 0 and s["via"] == "dumps", summary
+        assert tree(dest) == files
+        # Only the packages were downloaded, never the dumps' own documents as packages;
+        # no resource was fetched on its own.
+        assert src.hits.get("/a.txt") is None and src.hits.get("/b.txt") is None
+
+
+def test_a_package_whose_digest_differs_is_not_unpacked(tmp_path: Path) -> None:
+    """Issue 10.15: the package's hash is checked, not only its length."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        package = _package(b, {"a.txt": b"a"})
+        src.files["/p1.zip"] = package
+        src.publish(
+            [entry(b, "/a.txt", b"a")],
+            extra_caps=[{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}],
+        )
+        src.docs["/resourcedump.xml"] = urlset(
+            "resourcedump",
+            [{"loc": f"{b}/p1.zip", "length": len(package), "md5": md5(b"another package")}],
+            at="2024-01-01T00:00:00Z",
+        )
+        result = cli("sync", b, dest, "--via", "dumps")
+        assert result.exit_code == 2
+        assert "package md5 is" in result.stderr and "the Resource Dump says" in result.stderr
+        code, summary = cli_json("sync", b, tmp_path / "auto")
+        assert code == 0 and _set(summary)["via"] == "lists", summary
+        assert tree(tmp_path / "auto") == {"a.txt": b"a"}

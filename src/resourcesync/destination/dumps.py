@@ -11,13 +11,15 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import ReadError, ResourceSyncError
+from ..hashing import ALGORITHMS, MultiHasher
 from ..http import aiter_body, make_async_client, open_stream_async
 from ..model import Resource
-from ..sitemap import open_document
+from ..sitemap import open_document, walk
+from ..sitemap.follow import FOLLOW_INDEX
 from .discover import SetInfo
 from .mirror import UnsafePath
 from .options import Run
-from .plan import Plan, Planner, tell_warnings
+from .plan import MAX_PARTS, Plan, Planner, expect, tell_warnings
 from .report import SetReport
 
 #: The largest manifest read from a package (after decompression): about 1,000,000 entries.
@@ -33,10 +35,18 @@ def baseline_from_dumps(
     url = s.url("resourcedump")
     assert url is not None
     report.via = "dumps"
-    with open_document(url, client=run.client) as reader:
-        doc = reader.document
-        packages = list(reader)
-    at = doc.at or doc.completed
+    # A Resource Dump Index names Resource Dumps, whose entries are the packages (issue
+    # 10.8): the index is followed, never its parts downloaded as if they were packages.
+    packages: list[Resource] = []
+    at: datetime | None = None
+    for visit in walk(url, mode=FOLLOW_INDEX, client=run.client, max_documents=MAX_PARTS):
+        doc = visit.reader.document
+        expect(doc.capability, "resourcedump", visit.name)
+        if at is None:
+            at = doc.at or doc.completed
+        for _, entry in visit.entries():
+            if not doc.index:
+                packages.append(entry)
     work = Path(tempfile.mkdtemp(prefix="dump-", dir=run.mirror.state_dir))
     try:
         for package in packages:
@@ -108,12 +118,23 @@ async def _download(run: Run, package: Resource, target: Path) -> None:
         open_stream_async(package.loc, client=client, declared=package.length) as response,
     ):
         size = 0
+        algos = [a for a in package.hashes if a in ALGORITHMS]
+        hasher = MultiHasher(algos[:1])
         with open(target, "wb") as f:
             async for chunk in aiter_body(response, package.loc):
                 size += len(chunk)
+                hasher.update(chunk)
                 f.write(chunk)
     if package.length is not None and size != package.length:
         raise ReadError(
             f"package is {size} bytes, the Resource Dump says {package.length}",
             source=package.loc,
         )
+    # The package's own digest, when the dump gives one (issue 10.15): a package altered on
+    # the way is not unpacked.
+    for algo, got in hasher.hexdigests().items():
+        if got != package.hashes[algo]:
+            raise ReadError(
+                f"package {algo} is {got}, the Resource Dump says {package.hashes[algo]}",
+                source=package.loc,
+            )
