@@ -255,6 +255,10 @@ class DirectoryInventory:
         self.stats.files += len(files)
         return files, [entry.name for entry in dirs]
 
+    def uri_prefix(self, prefix: str) -> str:
+        """The URI of a directory (relative path `prefix`), which its files' URIs extend."""
+        return path_to_uri(self.base_url, prefix)
+
     def item(
         self, directory: str, prefix: str, name: str, stat: Stat, uri_prefix: str | None = None
     ) -> Item:

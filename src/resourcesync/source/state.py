@@ -454,6 +454,7 @@ class SetState:
                 kept: dict[str, Stat | None] = dict(files)
                 # A first scan has nothing to look up.
                 rows = {} if result.baseline else self._rows(prefix, differ)
+                uri_prefix = inventory.uri_prefix(prefix)
                 for name in sorted(differ):
                     old = rows.get(prefix + name)
                     st = files.get(name)
@@ -461,7 +462,8 @@ class SetState:
                         if old is not None:
                             j.deleted(old)
                         continue
-                    stored = j.compare(inventory.item(directory, prefix, name, st), old, True)
+                    item = inventory.item(directory, prefix, name, st, uri_prefix)
+                    stored = j.compare(item, old, True)
                     kept[name] = _listed(stored)
                 files_blob = marshal.dumps(kept)
             else:
