@@ -455,3 +455,47 @@ def test_audit_dates_changes_by_datetime_only(tmp_path: Path) -> None:
         code, report = cli_json("audit", b, dest)
         assert code == 0, report
         assert (report["expected"], report["extra"]) == (2, 0)
+
+
+def test_a_closed_change_list_given_as_source_leads_to_the_later_lists(tmp_path: Path) -> None:
+    """Core §12.1: a closed Change List (with `until`) is not polled forever: its `up` link
+    leads to the Capability List and the Source's current Change List, whose later changes
+    are applied (issue 10.5)."""
+    dest = tmp_path / "dest"
+    day2 = "2024-01-02T00:00:00Z"
+    with hand_source() as src:
+        b = src.base
+        for name, body in (("a", b"a"), ("b", b"b"), ("c", b"c")):
+            src.files[f"/{name}.txt"] = body
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        closed = urlset(
+            "changelist",
+            [entry(b, "/b.txt", b"b", change="created", datetime="2024-01-01T12:00:00Z")],
+            **{"from": AT, "until": day2},
+        ).replace(
+            b"<rs:md capability",
+            f'<rs:ln rel="up" href="{b}/capabilitylist.xml"/><rs:md capability'.encode(),
+            1,
+        )
+        src.docs["/cl1.xml"] = closed
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [entry(b, "/c.txt", b"c", change="created", datetime="2024-01-02T12:00:00Z")],
+            **{"from": day2},
+        )
+        code, summary = cli_json("sync", f"{b}/cl1.xml", dest, "--map", f"{b}/={dest}")
+        assert code == 0, summary
+        assert tree(dest) == {"a.txt": b"a", "b.txt": b"b", "c.txt": b"c"}
+        # Later changes in the current list reach the copy through the closed one too.
+        src.files["/d.txt"] = b"d"
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                entry(b, "/c.txt", b"c", change="created", datetime="2024-01-02T12:00:00Z"),
+                entry(b, "/d.txt", b"d", change="created", datetime="2024-01-03T12:00:00Z"),
+            ],
+            **{"from": day2},
+        )
+        code, summary = cli_json("sync", f"{b}/cl1.xml", dest, "--map", f"{b}/={dest}")
+        assert code == 0 and _set(summary)["mode"] == "incremental", summary
+        assert tree(dest) == {"a.txt": b"a", "b.txt": b"b", "c.txt": b"c", "d.txt": b"d"}

@@ -447,15 +447,26 @@ def lists_covering(
     Change List Archive included; or (None, why) when the Source no longer lists some of that
     time (a gap)."""
     candidates: dict[str, tuple[datetime | None, datetime | None]] = {}
-    with open_document(url, client=client) as reader:
-        doc = reader.document
-        expect(doc.capability, "changelist", url)
-        if doc.index:
-            for res in reader:
-                candidates[res.loc] = (res.from_, res.until)
-        else:
-            candidates[url] = (doc.from_, doc.until)
-        archive = doc.link("archives")
+    archive = None
+    todo = [url]
+    while todo:
+        current = todo.pop()
+        with open_document(current, client=client) as reader:
+            doc = reader.document
+            expect(doc.capability, "changelist", current)
+            if doc.index:
+                for res in reader:
+                    candidates[res.loc] = (res.from_, res.until)
+            else:
+                candidates[current] = (doc.from_, doc.until)
+            archive = doc.link("archives") or archive
+        if current == url and not doc.index and doc.until is not None:
+            # A closed Change List (given as SOURCE, say): the changes after it are in the
+            # Source's current list, found by its `index` link or through its Capability
+            # List (core §12.1) — polling the closed one would never see them (issue 10.5).
+            later = _current_changelist(client, doc)
+            if later is not None and later not in candidates:
+                todo.append(later)
     earliest = min((f for f, _ in candidates.values() if f is not None), default=None)
     if earliest is None or earliest > after:
         # Walk back through the Change List Archive.
@@ -484,3 +495,23 @@ def lists_covering(
                 "listed (run with --baseline)"
             )
     return [loc for _, _, loc in chosen], None
+
+
+def _current_changelist(client: Any, doc: Any) -> str | None:
+    """The Source's current Change List (or its index) from a closed list's links."""
+    index = doc.link("index")
+    if index is not None:
+        return str(index.href)
+    up = doc.link("up")
+    if up is None:
+        return None
+    try:
+        with open_document(up.href, client=client) as reader:
+            if reader.document.capability != "capabilitylist":
+                return None
+            for entry in reader:
+                if entry.capability == "changelist":
+                    return entry.loc
+    except ReadError:
+        return None
+    return None
