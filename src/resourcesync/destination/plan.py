@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReadError
-from ..model import Resource
+from ..model import Link, Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..sitemap.read import DocumentReader
@@ -46,7 +46,8 @@ class Plan:
         self.db = db
         db.execute(
             "CREATE TEMP TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, uri TEXT UNIQUE, "
-            "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT, sig TEXT)"
+            "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT, sig TEXT, "
+            "mirrors TEXT)"
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
@@ -72,6 +73,7 @@ class Plan:
                 format_w3c(res.lastmod) if res and res.lastmod else None,
                 format_w3c(res.change_time) if res and res.change_time else None,
                 sig,
+                _mirrors(res) if res and res.links else None,
             )
         )
         if len(self.batch) >= _BATCH:
@@ -93,7 +95,7 @@ class Plan:
             self.db.executemany("DELETE FROM plan WHERE uri = ?", [(b[0],) for b in self.batch])
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime, "
-                "sig) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "sig, mirrors) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 self.batch,
             )
             self.batch.clear()
@@ -122,13 +124,13 @@ class Plan:
         last = 0
         while True:
             batch = self.db.execute(
-                "SELECT seq, uri, length, hashes, lastmod, datetime FROM plan "
+                "SELECT seq, uri, length, hashes, lastmod, datetime, mirrors FROM plan "
                 "WHERE action = ? AND seq > ? ORDER BY seq LIMIT 1000",
                 (action, last),
             ).fetchall()
             if not batch:
                 return
-            for seq, uri, length, hashes, lastmod, when in batch:
+            for seq, uri, length, hashes, lastmod, when, mirrors in batch:
                 last = seq
                 res = Resource(
                     loc=uri,
@@ -136,8 +138,21 @@ class Plan:
                     hashes=json.loads(hashes) if hashes else {},
                     lastmod=parse_w3c(lastmod) if lastmod else None,
                     datetime=parse_w3c(when) if when else None,
+                    links=[Link(rel="duplicate", href=h) for h in json.loads(mirrors)]
+                    if mirrors
+                    else [],
                 )
                 yield uri, res
+
+
+def _mirrors(res: Resource) -> str | None:
+    """The entry's `rel="duplicate"` mirrors (core §14.2), in `pri` order (lowest first, those
+    without `pri` last), as JSON: where to fetch it from when `<loc>` fails (issue 10.14)."""
+    found = [ln for ln in res.links if ln.rel == "duplicate" and ln.href]
+    if not found:
+        return None
+    found.sort(key=lambda ln: (ln.pri is None, ln.pri or 0))
+    return json.dumps([ln.href for ln in found])
 
 
 def expect(capability: str | None, wanted: str, url: str) -> None:

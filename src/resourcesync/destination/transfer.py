@@ -197,34 +197,7 @@ class Transfer:
                             state.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
                             return False
                         continue  # the Source says otherwise: fetch it unconditionally
-                    hashes = res.hashes if self.run.options.checksum else {}
-                    # Written from the event loop: handing small files to worker threads was
-                    # measured to cost more (GIL hand-offs) than the file system calls it hid.
-                    with mirror.incoming(uri, length=res.length, hashes=hashes) as inc:
-                        async for chunk in aiter_body(response, uri):
-                            inc.write(chunk)
-                        written = inc.commit()
-                    if self.run.options.preserve_times and res.lastmod is not None:
-                        _set_mtime(written.path, res.lastmod)
-                    # Recorded in batches: a run killed before a batch is written fetches those
-                    # few again (the files themselves are in place and verified).
-                    self._records.append(
-                        (
-                            uri,
-                            written.path.relative_to(mirror.dest).as_posix(),
-                            written.length,
-                            written.hashes,
-                            res.lastmod,
-                            response.headers.get("ETag"),
-                            response.headers.get("Last-Modified"),
-                            key,
-                        )
-                    )
-                    if len(self._records) >= RECORD_BATCH:
-                        self.flush_records()
-                    report.fetched += 1
-                    report.bytes += written.length
-                    self._tell("created" if known is None else "updated", uri)
+                    await self._receive(response, uri, uri, res, key, report, known is None)
                     return False
             except UnsafePath as exc:
                 report.refused += 1
@@ -240,10 +213,87 @@ class Transfer:
             except OSError as exc:
                 last_error = f"cannot write: {exc.strerror or exc}"
                 break
+        if await self._from_mirrors(client, uri, res, key, report, http, last_error):
+            return False
         report.failed += 1
         report.problem(uri, last_error)
         state.fail(uri, expected, last_error, key)
         return unreachable
+
+    async def _receive(
+        self,
+        response: Any,
+        uri: str,
+        source: str,
+        res: Resource,
+        key: str,
+        report: SetReport,
+        new: bool,
+    ) -> None:
+        """Write `response` (from `source`: `uri` itself or one of its mirrors) as the copy
+        of `uri` through the mirror — verified against the list's length and digests — and
+        record it."""
+        mirror = self.run.mirror
+        hashes = res.hashes if self.run.options.checksum else {}
+        # Written from the event loop: handing small files to worker threads was measured
+        # to cost more (GIL hand-offs) than the file system calls it hid.
+        with mirror.incoming(uri, length=res.length, hashes=hashes) as inc:
+            async for chunk in aiter_body(response, source):
+                inc.write(chunk)
+            written = inc.commit()
+        if self.run.options.preserve_times and res.lastmod is not None:
+            _set_mtime(written.path, res.lastmod)
+        primary = source == uri
+        # Recorded in batches: a run killed before a batch is written fetches those few
+        # again (the files themselves are in place and verified). A mirror's validators are
+        # not the Source's: conditional requests go to `<loc>` only.
+        self._records.append(
+            (
+                uri,
+                written.path.relative_to(mirror.dest).as_posix(),
+                written.length,
+                written.hashes,
+                res.lastmod,
+                response.headers.get("ETag") if primary else None,
+                response.headers.get("Last-Modified") if primary else None,
+                key,
+            )
+        )
+        if len(self._records) >= RECORD_BATCH:
+            self.flush_records()
+        report.fetched += 1
+        report.bytes += written.length
+        self._tell("created" if new else "updated", uri)
+
+    async def _from_mirrors(
+        self,
+        client: Any,
+        uri: str,
+        res: Resource,
+        key: str,
+        report: SetReport,
+        http: Any,
+        why: str,
+    ) -> bool:
+        """When `<loc>` failed: the entry's `rel="duplicate"` mirrors in `pri` order (core
+        §14.2), each verified against the same length and digest (issue 10.14). Without either
+        to verify against, no mirror is trusted."""
+        mirrors = [ln.href for ln in res.links if ln.rel == "duplicate"]
+        if not mirrors or not (res.hashes and self.run.options.checksum):
+            return False
+        new = self.run.state.known(uri) is None
+        for href in mirrors:
+            try:
+                async with open_stream_async(href, client=client, options=http) as response:
+                    await self._receive(response, uri, href, res, key, report, new)
+            except UnsafePath:
+                return False
+            except (ResourceSyncError, OSError):
+                continue
+            report.problem(uri, f"warning: fetched from its mirror {href} ({why})")
+            self.run.state.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
+            return True
+        return False
 
     def _tell(self, kind: str, uri: str) -> None:
         on_action = self.run.options.on_action
