@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from resourcesync.sitemap import read_document
 from tests.destination.helpers import cli, cli_json, published_source, set_report, tree
@@ -149,3 +150,39 @@ def test_two_syncs_of_one_copy_do_not_run_at_once(tmp_path: Path) -> None:
         again.kill()
         again.wait()
         assert cli("sync", src.root, dest).exit_code == 0
+
+
+def test_max_delete_keeps_a_copy_whose_source_suddenly_lists_nothing(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    files = {f"f{i}.txt": b"x" for i in range(5)}
+    with published_source(tmp_path, files) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        for name in files:
+            (src.data / name).unlink()
+        src.publish()
+        code, summary = cli_json("sync", src.root, dest, "--delete", "--max-delete", "3")
+        s = set_report(summary)
+        assert code == 1, summary
+        assert "5 deletions planned, more than --max-delete 3" in s["incomplete"]
+        assert (s["deleted"], s["pending_deletes"]) == (0, 5)
+        assert tree(dest) == files
+        code, summary = cli_json("sync", src.root, dest, "--delete", "--max-delete", "5")
+        assert code == 0 and tree(dest) == {}, summary
+
+
+def test_the_token_can_come_from_the_environment(tmp_path: Path, monkeypatch: Any) -> None:
+    seen: list[str | None] = []
+
+    def wrap(app: Any, recorder: Any) -> Any:
+        async def guarded(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                headers = dict(scope["headers"])
+                seen.append((headers.get(b"authorization") or b"").decode() or None)
+            await app(scope, receive, send)
+
+        return guarded
+
+    monkeypatch.setenv("RESOURCESYNC_TOKEN", "s3cret")
+    with published_source(tmp_path, {"a.txt": b"a"}, wrap=wrap) as src:
+        assert cli("sync", src.root, tmp_path / "dest").exit_code == 0
+    assert seen and all(v == "Bearer s3cret" for v in seen), seen

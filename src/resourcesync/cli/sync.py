@@ -111,7 +111,20 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
             metavar="'NAME: VALUE'",
             help="Request header for the Source's own host (repeatable).",
         ),
-        click.option("--token", help="Bearer token for the Source's own host."),
+        click.option(
+            "--token",
+            envvar="RESOURCESYNC_TOKEN",
+            help="Bearer token for the Source's own origin (or RESOURCESYNC_TOKEN, which "
+            "keeps it out of process listings and shell history).",
+        ),
+        click.option(
+            "--max-delete",
+            type=click.IntRange(min=0),
+            default=None,
+            metavar="N",
+            help="With --delete: delete nothing when a run would delete more than N "
+            "resources (a Source that suddenly lists nothing), exit 1.",
+        ),
         click.option(
             "--max-size",
             type=_Size(),
@@ -191,6 +204,7 @@ def _options(**o: Any) -> SyncOptions:
         mappings=_mappings(o.get("maps") or ()),
         set=o.get("set_"),
         preserve_times=o.get("times", True),
+        max_delete=o.get("max_delete"),
         host_failures=o.get("max_host_failures", 5),
     )
 

@@ -46,6 +46,9 @@ class SyncOptions:
     #: Connection failures in a row (after retries) after which a host is given up for the
     #: rest of the run: what is left for it is reported failed, to be retried next run.
     host_failures: int = 5
+    #: With --delete: a run that would delete more than this deletes nothing (rclone's
+    #: --max-delete): the deletions stay pending and the run exits 1.
+    max_delete: int | None = None
     #: Told of every change made to the copy (or, with --dry-run, that would be made).
     on_action: Callable[[Action], None] | None = None
 

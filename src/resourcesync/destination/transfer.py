@@ -316,8 +316,18 @@ class Transfer:
         is reported (issue 17.10)."""
         opts, mirror, state = self.run.options, self.run.mirror, self.run.state
         pending = 0
+        delete = opts.delete
+        if delete and opts.max_delete is not None:
+            planned = sum(1 for uri, _ in plan.rows("delete") if state.known(uri) is not None)
+            if planned > opts.max_delete:
+                delete = False
+                report.incomplete = (
+                    f"{planned} deletions planned, more than --max-delete {opts.max_delete}: "
+                    "none applied, all kept pending (check the Source, then run again with a "
+                    "higher --max-delete)"
+                )
         for uri, res in plan.rows("delete"):
-            if not opts.delete:
+            if not delete:
                 if state.known(uri) is None:
                     # Never held here (deleted at the Source before this copy saw it): there
                     # is nothing to delete, now or later (issue 14.12).
