@@ -446,9 +446,10 @@ class SetState:
             old_subdirs: list[str] = marshal.loads(cached[1]) if cached else []
             seen += len(files)
             if files != old_files:
-                # What differs, found by set operations on the two listings (no work per
-                # unchanged file here), then handled in key order, as a whole scan would.
-                differ = {name for name, _ in files.items() - old_files.items()}
+                # What differs (one lookup and comparison per file), then handled in key
+                # order, as a whole scan would.
+                old_get = old_files.get
+                differ = {name for name, st in files.items() if old_get(name) != st}
                 differ |= old_files.keys() - files.keys()
                 result.unchanged += len(files) - len(differ & files.keys())
                 kept: dict[str, Stat | None] = dict(files)
