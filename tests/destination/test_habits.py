@@ -186,3 +186,23 @@ def test_the_token_can_come_from_the_environment(tmp_path: Path, monkeypatch: An
     with published_source(tmp_path, {"a.txt": b"a"}, wrap=wrap) as src:
         assert cli("sync", src.root, tmp_path / "dest").exit_code == 0
     assert seen and all(v == "Bearer s3cret" for v in seen), seen
+
+
+def test_repair_fixes_what_audit_finds(tmp_path: Path) -> None:
+    """Issue 14.9: audit says what to run, and `sync --repair` makes the copy right again —
+    a missing file, one changed in place at the same size, one the Source no longer lists."""
+    dest = tmp_path / "dest"
+    files = {"a.txt": b"aaaa", "b.txt": b"bbbb", "c.txt": b"cccc"}
+    with published_source(tmp_path, files) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        (dest / "a.txt").unlink()
+        (dest / "b.txt").write_bytes(b"BBBB")  # same size: only a digest tells
+        (src.data / "c.txt").unlink()
+        src.publish()
+        assert cli("sync", src.root, dest).exit_code == 0  # c.txt pending deletion
+        result = cli("audit", src.root, dest)
+        assert result.exit_code == 1
+        assert f"to repair: resourcesync sync {src.root} {dest} --repair --delete" in result.stdout
+        assert cli("sync", src.root, dest, "--repair", "--delete").exit_code == 0
+        assert tree(dest) == {"a.txt": b"aaaa", "b.txt": b"bbbb"}
+        assert cli("audit", src.root, dest).exit_code == 0

@@ -192,7 +192,7 @@ def _options(**o: Any) -> SyncOptions:
     return SyncOptions(
         delete=bool(o.get("delete")),
         dry_run=bool(o.get("dry_run")),
-        baseline=bool(o.get("baseline")),
+        baseline=bool(o.get("baseline") or o.get("repair")),
         via=o.get("via") or "auto",
         transfers=o.get("transfers", 8),
         per_host=o.get("per_host", 4),
@@ -263,6 +263,13 @@ def _summary(report: SyncReport, *, quiet: bool = False) -> None:
 @click.argument("source")
 @click.argument("dest", type=click.Path(path_type=Path))
 @click.option("--baseline", is_flag=True, help="Start again from the Resource List (or dump).")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Make the copy what the Source lists again: a baseline that checks every file held "
+    "against the Source's digests and fetches what is missing or different (with --delete, "
+    "also removes what the Source no longer lists). What `audit` finds, this repairs.",
+)
 @click.option(
     "--via",
     type=click.Choice(["lists", "dumps", "auto"]),
@@ -476,6 +483,11 @@ def audit(source: str, dest: Path, as_json: bool, **o: Any) -> None:
         for kind, uris in report.examples.items():
             for uri in uris:
                 click.echo(f"  {kind}: {uri}")
+        if not report.ok:
+            fix = f"resourcesync sync {source} {dest} --repair"
+            if report.extra:
+                fix += " --delete"
+            click.echo(f"to repair: {fix}")
     sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
 
 
