@@ -156,6 +156,7 @@ KNOWN_XSD_STRICTER = {
 }
 
 
+@needs_specs
 @pytest.mark.parametrize("name", sorted(KNOWN_XSD_STRICTER))
 def test_known_difference_w3c_datetimes_the_xsd_refuses(name: str) -> None:
     data = KNOWN_XSD_STRICTER[name]
