@@ -268,6 +268,13 @@ def urlset(capability: str, entries: list[dict[str, Any]], **md: str) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
+def sitemapindex(capability: str, parts: list[dict[str, Any]], **md: str) -> bytes:
+    """A sitemapindex document: `parts` are dicts as for `urlset` (loc, from, until, at…)."""
+    text = urlset(capability, parts, **md).decode()
+    text = text.replace("<urlset ", "<sitemapindex ").replace("</urlset>", "</sitemapindex>")
+    return text.replace("<url>", "<sitemap>").replace("</url>", "</sitemap>").encode()
+
+
 def _esc(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 

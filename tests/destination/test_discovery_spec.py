@@ -9,15 +9,9 @@ from typing import Any
 
 from starlette.responses import PlainTextResponse
 
-from tests.destination.helpers import cli_json, entry, hand_source, tree, urlset
+from tests.destination.helpers import cli_json, entry, hand_source, sitemapindex, tree, urlset
 
 SM = "http://www.sitemaps.org/schemas/sitemap/0.9"
-
-
-def _index(capability: str, parts: list[str]) -> bytes:
-    text = urlset(capability, [{"loc": p} for p in parts]).decode()
-    text = text.replace("<urlset ", "<sitemapindex ").replace("</urlset>", "</sitemapindex>")
-    return text.replace("<url>", "<sitemap>").replace("</url>", "</sitemap>").encode()
 
 
 def test_robots_txt_with_a_plain_sitemap_first(tmp_path: Path) -> None:
@@ -63,8 +57,9 @@ def test_a_source_description_index(tmp_path: Path) -> None:
                 "description",
                 [{"loc": f"{b}/{name}/capabilitylist.xml", "capability": "capabilitylist"}],
             )
-        src.docs["/.well-known/resourcesync"] = _index(
-            "description", [f"{b}/one/description.xml", f"{b}/two/description.xml"]
+        src.docs["/.well-known/resourcesync"] = sitemapindex(
+            "description",
+            [{"loc": f"{b}/one/description.xml"}, {"loc": f"{b}/two/description.xml"}],
         )
         code, summary = cli_json("sync", b + "/", dest)
         assert code == 0, summary

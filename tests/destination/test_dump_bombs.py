@@ -9,7 +9,16 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from tests.destination.helpers import cli, cli_json, entry, hand_source, md5, tree, urlset
+from tests.destination.helpers import (
+    cli,
+    cli_json,
+    entry,
+    hand_source,
+    md5,
+    sitemapindex,
+    tree,
+    urlset,
+)
 
 
 def _set(summary: dict[str, Any]) -> dict[str, Any]:
@@ -95,12 +104,6 @@ def _package(b: str, files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def _index(capability: str, parts: list[str]) -> bytes:
-    text = urlset(capability, [{"loc": p} for p in parts], at="2024-01-01T00:00:00Z").decode()
-    text = text.replace("<urlset ", "<sitemapindex ").replace("</urlset>", "</sitemapindex>")
-    return text.replace("<url>", "<sitemap>").replace("</url>", "</sitemap>").encode()
-
-
 def test_a_resource_dump_index_is_followed_to_its_packages(tmp_path: Path) -> None:
     """Issue 10.8: a sitemapindex of Resource Dumps — its parts are dumps, not packages."""
     dest = tmp_path / "dest"
@@ -114,7 +117,11 @@ def test_a_resource_dump_index_is_followed_to_its_packages(tmp_path: Path) -> No
             [entry(b, f"/{k}", v) for k, v in files.items()],
             extra_caps=[{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}],
         )
-        src.docs["/resourcedump.xml"] = _index("resourcedump", [f"{b}/rd1.xml", f"{b}/rd2.xml"])
+        src.docs["/resourcedump.xml"] = sitemapindex(
+            "resourcedump",
+            [{"loc": f"{b}/rd1.xml"}, {"loc": f"{b}/rd2.xml"}],
+            at="2024-01-01T00:00:00Z",
+        )
         for name, package in (("rd1", p1), ("rd2", p2)):
             number = name[-1]
             src.docs[f"/{name}.xml"] = urlset(

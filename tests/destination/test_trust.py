@@ -14,18 +14,12 @@ from tests.destination.helpers import (
     cli_json,
     entry,
     hand_source,
+    sitemapindex,
     tree,
     urlset,
 )
 
 AT = "2024-01-01T00:00:00Z"
-
-
-def _index(capability: str, parts: list[dict[str, Any]], **md: str) -> bytes:
-    """A sitemapindex of `parts` (dicts of loc, from, until, at)."""
-    text = urlset(capability, parts, **md).decode()
-    text = text.replace("<urlset ", "<sitemapindex ").replace("</urlset>", "</sitemapindex>")
-    return text.replace("<url>", "<sitemap>").replace("</url>", "</sitemap>").encode()
 
 
 def _set(summary: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +37,7 @@ def test_a_gap_inside_a_change_list_index_is_reported(tmp_path: Path) -> None:
         assert cli("sync", b, dest).exit_code == 0
         src.files["/b.txt"] = b"b"
         src.files["/c.txt"] = b"c"
-        src.docs["/changelist.xml"] = _index(
+        src.docs["/changelist.xml"] = sitemapindex(
             "changelist",
             [
                 {"loc": f"{b}/cl1.xml", "from": AT, "until": "2024-01-02T00:00:00Z"},
@@ -299,14 +293,16 @@ def test_a_baseline_that_cannot_read_the_whole_list_deletes_nothing(tmp_path: Pa
         src.publish([entry(b, "/a.txt", b"a"), entry(b, "/deep.txt", b"deep")], at=AT)
         assert cli("sync", b, dest).exit_code == 0
         # The Resource List becomes an index whose second part lies 8 levels down.
-        src.docs["/resourcelist.xml"] = _index(
+        src.docs["/resourcelist.xml"] = sitemapindex(
             "resourcelist",
             [{"loc": f"{b}/part-a.xml"}, {"loc": f"{b}/nest-0.xml"}],
             at=AT,
         )
         src.docs["/part-a.xml"] = urlset("resourcelist", [entry(b, "/a.txt", b"a")], at=AT)
         for i in range(8):
-            src.docs[f"/nest-{i}.xml"] = _index("resourcelist", [{"loc": f"{b}/nest-{i + 1}.xml"}])
+            src.docs[f"/nest-{i}.xml"] = sitemapindex(
+                "resourcelist", [{"loc": f"{b}/nest-{i + 1}.xml"}]
+            )
         src.docs["/nest-8.xml"] = urlset("resourcelist", [entry(b, "/deep.txt", b"deep")], at=AT)
         code, summary = cli_json("sync", b, dest, "--baseline", "--delete")
         assert code == 1, summary
