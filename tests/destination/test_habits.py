@@ -206,3 +206,35 @@ def test_repair_fixes_what_audit_finds(tmp_path: Path) -> None:
         assert cli("sync", src.root, dest, "--repair", "--delete").exit_code == 0
         assert tree(dest) == {"a.txt": b"aaaa", "b.txt": b"bbbb"}
         assert cli("audit", src.root, dest).exit_code == 0
+
+
+def test_ctrl_c_and_sigterm_stop_a_sync_with_one_line(tmp_path: Path) -> None:
+    """Issue 14.4: SIGINT and SIGTERM stop a sync cleanly — one line, exit 130 or 143, no
+    traceback — and the next run completes the copy."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    files = {f"f{i:02}.txt": b"x" * i for i in range(30)}
+    with published_source(tmp_path, files, delay=0.3) as src:
+        for sig, code, word in (
+            (signal.SIGINT, 130, "interrupted"),
+            (signal.SIGTERM, 143, "terminated"),
+        ):
+            dest = tmp_path / f"dest-{code}"
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "resourcesync", "sync", src.root, str(dest)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            deadline = time.monotonic() + 30
+            while not list(dest.glob("f*.txt")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == code, err
+            assert err.strip() == f"resourcesync: {word}", err
+            assert cli("sync", src.root, dest).exit_code == 0
+            assert tree(dest) == files

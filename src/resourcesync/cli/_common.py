@@ -6,7 +6,9 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -61,12 +63,19 @@ def handle_errors(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # SIGTERM (a service manager stopping us) ends a run as Ctrl-C does: cleanly, one
+        # line, exit 143 — every write is atomic, so what was done stays done (issue 14.4).
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _terminate)
         try:
             return func(*args, **kwargs)
         except ResourceSyncError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except _Terminated:
+            fail("terminated", 143)
         except BrokenPipeError:
             # The reader of our output went away (e.g. `| head`): not an error of ours.
             sys.stderr.close()
@@ -92,5 +101,16 @@ def handle_errors(func: F) -> F:
             if "readonly" in text or "unable to open" in text:
                 fail(f"cannot write a state database ({text})")
             raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     return wrapper  # type: ignore[return-value]
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the main thread is, like KeyboardInterrupt for SIGINT."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
