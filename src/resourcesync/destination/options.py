@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from .mirror import Mirror
     from .report import Action
-    from .state import DestinationState
+    from .state import CopyState
 
 __all__ = ["Progress", "Run", "SyncOptions", "scoped"]
 
@@ -51,6 +51,9 @@ class SyncOptions:
     max_delete: int | None = None
     #: Told of every change made to the copy (or, with --dry-run, that would be made).
     on_action: Callable[[Action], None] | None = None
+    #: Where the copy's state is kept, given the path of its SQLite file under
+    #: DEST/.resourcesync/ (default: that file; a fleet gives its shared store's).
+    state: Callable[[Path], CopyState] | None = None
 
 
 @dataclass
@@ -59,7 +62,7 @@ class Run:
 
     options: SyncOptions
     mirror: Mirror
-    state: DestinationState
+    state: CopyState
     client: httpx.Client
     progress: Progress | None = None
 

@@ -311,11 +311,7 @@ class Planner:
         """Resources we hold that the Source no longer lists: deleted with --delete, else kept
         as pending deletions."""
         plan.flush()
-        rows = self.run.state.db.execute(
-            "SELECT uri FROM resources WHERE set_key = ? AND uri NOT IN (SELECT uri FROM seen)",
-            (key,),
-        ).fetchall()
-        for (uri,) in rows:
+        for uri in self.run.state.unseen(key):
             plan.add(uri, "delete")
 
     # -- incremental ---------------------------------------------------------------------------
@@ -388,11 +384,7 @@ class Planner:
         plan.flush()
         undated = plan.db.execute("SELECT uri, sig FROM plan WHERE sig IS NOT NULL").fetchall()
         for uri, sig in undated:
-            if (
-                state.undated_sig(uri) == sig
-                and state.db.execute("SELECT 1 FROM failed WHERE uri = ?", (uri,)).fetchone()
-                is None
-            ):
+            if state.undated_sig(uri) == sig and not state.has_failure(uri):
                 plan.drop(uri)
             else:
                 report.changes += 1

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sqlite3
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import ResourceSyncError
 from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
 
-__all__ = ["Cursor", "DestinationState", "Known", "path_key"]
+__all__ = ["CopyState", "Cursor", "DestinationState", "Known", "path_key"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -94,6 +95,59 @@ class Known:
     last_modified: str | None
 
 
+class CopyState(Protocol):
+    """The persistent state of one copy, as the sync, plan, transfer and audit stages use it.
+
+    `DestinationState` keeps it in SQLite under DEST/.resourcesync/; a fleet keeps it in its
+    shared store, so that any worker on any machine carries on where another left off. The
+    planning scratch (`scratch()`: the run's temporary plan/seen/claims tables) is always a
+    local SQLite connection: it lives for one run only. The methods taking no `plan` read that
+    scratch's tables (`plan`, `seen`) by name.
+    """
+
+    def scratch(self) -> sqlite3.Connection: ...
+    def close(self) -> None: ...
+    def transaction(self) -> contextlib.AbstractContextManager[None]: ...
+    def owner(self, key: str) -> str | None: ...
+    def known(self, uri: str) -> Known | None: ...
+    def record(
+        self,
+        uri: str,
+        path: str,
+        length: int | None,
+        hashes: dict[str, str],
+        lastmod: datetime | None,
+        etag: str | None,
+        last_modified: str | None,
+        set_key: str,
+    ) -> None: ...
+    def record_many(self, rows: list[tuple[Any, ...]]) -> None: ...
+    def forget(self, uri: str) -> None: ...
+    def uris(self, set_key: str) -> Iterator[str]: ...
+    def all_known(self) -> Iterator[Known]: ...
+    def count(self) -> int: ...
+    def cursor(self, set_key: str) -> Cursor | None: ...
+    def baseline_at(self, set_key: str) -> datetime | None: ...
+    def set_cursor(
+        self, set_key: str, cursor: Cursor, *, baseline_at: datetime | None = None
+    ) -> None: ...
+    def reset(self, set_key: str) -> None: ...
+    def clear_outstanding(self, set_key: str) -> None: ...
+    def undated_sig(self, uri: str) -> str | None: ...
+    def pend_delete(self, uri: str, when: datetime | None, set_key: str) -> None: ...
+    def pending_deletes(self, set_key: str | None = None) -> list[str]: ...
+    def fail(self, uri: str, expected: dict[str, Any], reason: str, set_key: str) -> None: ...
+    def failures(self, set_key: str) -> list[tuple[str, dict[str, Any], str]]: ...
+    def has_failure(self, uri: str) -> bool: ...
+    def clear_failure(self, uri: str) -> None: ...
+    def unseen(self, set_key: str) -> list[str]: ...
+    def supersede_kept(self) -> None: ...
+    def remember_undated(self, set_key: str) -> None: ...
+    def get(self, key: str) -> str | None: ...
+    def put(self, key: str, value: str) -> None: ...
+    def drop(self, key: str) -> None: ...
+
+
 class DestinationState:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -113,6 +167,10 @@ class DestinationState:
             "SELECT uri FROM resources WHERE path_key = ? LIMIT 1", (key,)
         ).fetchone()
         return row[0] if row else None
+
+    def scratch(self) -> sqlite3.Connection:
+        """The connection a run's planning tables (temporary) live on."""
+        return self.db
 
     def close(self) -> None:
         self.db.close()
@@ -294,6 +352,47 @@ class DestinationState:
                 (set_key,),
             )
         ]
+
+    def has_failure(self, uri: str) -> bool:
+        return self.db.execute("SELECT 1 FROM failed WHERE uri = ?", (uri,)).fetchone() is not None
+
+    def clear_failure(self, uri: str) -> None:
+        self.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
+
+    # -- with the run's plan (the scratch tables) ------------------------------------------
+
+    def unseen(self, set_key: str) -> list[str]:
+        """Resources of the set the Source's listing did not name (not in `seen`)."""
+        return [
+            r[0]
+            for r in self.db.execute(
+                "SELECT uri FROM resources WHERE set_key = ? AND uri NOT IN (SELECT uri FROM seen)",
+                (set_key,),
+            )
+        ]
+
+    def supersede_kept(self) -> None:
+        """The plan's kept URIs' remembered failures and pending deletions are superseded."""
+        with self.transaction():
+            self.db.execute(
+                "DELETE FROM failed WHERE uri IN (SELECT uri FROM plan WHERE action='keep')"
+            )
+            self.db.execute(
+                "DELETE FROM pending_deletes WHERE uri IN "
+                "(SELECT uri FROM plan WHERE action = 'keep')"
+            )
+
+    def remember_undated(self, set_key: str) -> None:
+        """The plan's undated changes applied (not failed) are remembered."""
+        with self.transaction():
+            self.db.execute(
+                "INSERT OR REPLACE INTO undated (uri, sig, set_key) SELECT uri, sig, ? "
+                "FROM plan WHERE sig IS NOT NULL AND uri NOT IN (SELECT uri FROM failed)",
+                (set_key,),
+            )
+
+    def drop(self, key: str) -> None:
+        self.db.execute("DELETE FROM meta WHERE key = ?", (key,))
 
     def get(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

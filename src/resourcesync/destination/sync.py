@@ -38,7 +38,7 @@ from .mirror import Mapping, Mirror
 from .options import Progress, Run, SyncOptions, scoped
 from .plan import Plan, Planner
 from .report import AuditReport, Problem, SetReport, SyncReport
-from .state import Cursor, DestinationState
+from .state import CopyState, Cursor, DestinationState
 from .transfer import Transfer
 
 __all__ = [
@@ -82,7 +82,7 @@ class _Syncer:
             self._scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
             state_path = Path(self._scratch) / STATE_FILE
         try:
-            self.state = DestinationState(state_path)
+            self.state: CopyState = (options.state or DestinationState)(state_path)
         except BaseException:
             self._lock.release()
             raise
@@ -106,7 +106,7 @@ class _Syncer:
         if self.options.baseline and not self.options.dry_run:
             state.reset(key)
         cursor = state.cursor(key)
-        plan = Plan(state.db)
+        plan = Plan(state.scratch())
         if cursor is None:
             report.mode = "baseline"
             if not self.options.dry_run:
@@ -205,7 +205,7 @@ class _Syncer:
         cursor = self.state.cursor(key)
         if cursor is None:
             raise ResourceSyncError("no baseline yet for this set", source=s.capabilitylist)
-        plan = Plan(self.state.db)
+        plan = Plan(self.state.scratch())
         self._seed(plan, key)
         new_cursor = self.planner.changes(entries, plan, report, cursor)
         self._carry_out(plan, key, report, new_cursor)
@@ -241,7 +241,7 @@ def sync(
             syncer.state.put("running", str(time.time()))
         reports = [syncer.run_set(s) for s in info.sets]
         if not opts.dry_run:
-            syncer.state.db.execute("DELETE FROM meta WHERE key = 'running'")
+            syncer.state.drop("running")
     finally:
         syncer.close()
     return SyncReport(

@@ -194,7 +194,7 @@ class Transfer:
                             and self._verified_copy(uri, local, known.length, known.hashes)
                         ):
                             report.not_modified += 1
-                            state.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
+                            state.clear_failure(uri)
                             return False
                         continue  # the Source says otherwise: fetch it unconditionally
                     await self._receive(response, uri, uri, res, key, report, known is None)
@@ -291,7 +291,7 @@ class Transfer:
             except (ResourceSyncError, OSError):
                 continue
             report.problem(uri, f"warning: fetched from its mirror {href} ({why})")
-            self.run.state.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
+            self.run.state.clear_failure(uri)
             return True
         return False
 
@@ -391,24 +391,13 @@ class Transfer:
         superseded."""
         if self.run.options.dry_run:
             return
-        db = self.run.state.db
-        with self.run.state.transaction():
-            db.execute("DELETE FROM failed WHERE uri IN (SELECT uri FROM plan WHERE action='keep')")
-            db.execute(
-                "DELETE FROM pending_deletes WHERE uri IN "
-                "(SELECT uri FROM plan WHERE action = 'keep')"
-            )
+        self.run.state.supersede_kept()
 
     def remember_undated(self, key: str) -> None:
         """Undated changes applied (not failed) are remembered, not applied again."""
         if self.run.options.dry_run:
             return
-        with self.run.state.transaction():
-            self.run.state.db.execute(
-                "INSERT OR REPLACE INTO undated (uri, sig, set_key) SELECT uri, sig, ? "
-                "FROM plan WHERE sig IS NOT NULL AND uri NOT IN (SELECT uri FROM failed)",
-                (key,),
-            )
+        self.run.state.remember_undated(key)
 
 
 def _set_mtime(path: Path, lastmod: datetime) -> None:
