@@ -18,6 +18,7 @@ from ..sitemap import validate as validate_documents
 from ..sitemap.follow import FOLLOW_ALL, FOLLOW_NONE
 from ..sitemap.read import is_url
 from ..sitemap.rules import ERROR, Finding
+from ..units import parse_size
 from ..w3cdt import format_w3c
 from ._common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, emit_json, handle_errors
 
@@ -44,14 +45,10 @@ def _mappings(values: tuple[str, ...]) -> list[Mapping]:
 
 
 def _size(text: str) -> int:
-    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
     try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
-        raise click.BadParameter(f"not a size: {text!r} (e.g. 500M, 2G)") from None
+        return parse_size(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @contextlib.contextmanager

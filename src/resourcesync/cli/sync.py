@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..units import parse_size
 from ._common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -49,26 +50,19 @@ def _headers(values: tuple[str, ...], token: str | None) -> dict[str, str]:
     return headers
 
 
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
 class _Size(click.ParamType[int]):
     """A size in bytes: `1073741824`, `512K`, `256M`, `1G` (binary multiples)."""
 
     name = "SIZE"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        if isinstance(value, int):
-            return value
-        text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
-        unit = text[-1:] if text[-1:] in _UNITS else ""
         try:
-            n = float(text[: len(text) - len(unit)]) * _UNITS[unit]
-        except ValueError:
-            self.fail(f"a size is a number of bytes, or with K, M, G: not {value!r}", param, ctx)
+            n = parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
         if n < 1:
             self.fail(f"a size must be at least 1 byte, not {value!r}", param, ctx)
-        return int(n)
+        return n
 
 
 def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:

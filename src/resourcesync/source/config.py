@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from .. import units
 from ..errors import ResourceSyncError
 from ..hashing import ALGORITHMS
 
@@ -57,17 +58,11 @@ class ConfigError(ResourceSyncError):
 
 
 def parse_size(text: str | int) -> int:
-    """`50M`, `2G`, `1048576` → bytes."""
-    if isinstance(text, int):
-        return text
-    units = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    """`50M`, `2G`, `1048576` → bytes (see `resourcesync.units`)."""
     try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
-        raise ConfigError(f"not a size: {text!r} (e.g. 50M, 2G)") from None
+        return units.parse_size(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def parse_duration(text: str | int | float) -> float:
