@@ -46,6 +46,17 @@ def _in_step(root: Path, sites: list[Site]) -> bool:
         return False
 
 
+def _state_counts(db: str) -> dict[str, int]:
+    """Resources per copy in the fleet's store."""
+    import psycopg
+
+    with psycopg.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT copy_name, count(*) FROM fleet_copy_resource GROUP BY copy_name"
+        ).fetchall()
+    return {name: n for name, n in rows}
+
+
 def _files(i: int) -> dict[str, bytes]:
     # The last Source is slow (its host delays each resource) and has more to fetch.
     if i == len(HOSTS):
@@ -84,6 +95,10 @@ def test_two_workers_one_killed_mid_task_nothing_lost(
             status = _status(root, db)
             assert all(v["ok"] and v["failures"] == 0 for v in status.values())
             assert {v["queued"] for v in status.values()} == {None}  # every task reported back
+            # Each copy's state is in PostgreSQL, with the registry, not on a worker's disk:
+            # the killed worker's half-done copy was carried on from there.
+            assert not list(root.glob("*/.resourcesync/state.sqlite"))
+            assert _state_counts(db) == {s.name: len(s.files()) for s in sites}
 
             # The survivor alone follows the changes of every Source.
             change(sites[:-1], 1)

@@ -3,6 +3,7 @@ listed after the Resource List's `at` — without changing anything."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -51,8 +52,11 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
         db.execute("CREATE TABLE accounted (path TEXT PRIMARY KEY)")
         mirror.check_state_dir(create=False)
         state_path = mirror.state_dir / STATE_FILE
-        if state_path.exists():
-            with DestinationState(state_path) as state:
+        # The copy's state, where it is kept (a fleet keeps it in its store): the URIs it
+        # holds that the Source no longer lists are named as extra by their URI.
+        opened = opts.state or (DestinationState if state_path.exists() else None)
+        if opened is not None:
+            with contextlib.closing(opened(state_path)) as state:
                 for known in state.all_known():
                     row = db.execute(
                         "SELECT gone FROM expected WHERE uri = ?", (known.uri,)

@@ -77,8 +77,9 @@ class _Syncer:
             # A dry run on a copy never synced has no state folder, and creates none.
             self._lock.acquire()
         self._scratch: str | None = None
-        if options.dry_run and not state_path.exists():
-            # A dry run creates nothing in DEST: a first run is planned on a scratch state.
+        if options.dry_run and options.state is None and not state_path.exists():
+            # A dry run creates nothing in DEST: a first run is planned on a scratch state
+            # (a state kept elsewhere is only read by a dry run, never written).
             self._scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
             state_path = Path(self._scratch) / STATE_FILE
         try:

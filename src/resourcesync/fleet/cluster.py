@@ -176,6 +176,7 @@ def make_app(
                     requests=opts.requests,
                     timeout=opts.timeout,
                     retries=opts.retries,
+                    store=store,
                 )
             backoff = Backoff(opts.retry_after, opts.max_backoff)
             store.record(name, outcome, next_run(row, outcome, backoff, time.time()), ticket)

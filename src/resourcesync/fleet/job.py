@@ -6,17 +6,22 @@ so running it again after a crash is always safe.
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..destination.state import CopyState
 from ..destination.sync import SyncOptions, SyncReport, sync
 from ..errors import ResourceSyncError
 from ..http import HttpOptions, RetryPolicy
 from .registry import Entry
-from .store import Outcome
+from .store import FleetStore, Outcome
 
 __all__ = ["COUNTS", "sync_source"]
+
+log = logging.getLogger(__name__)
 
 COUNTS = (
     "fetched",
@@ -32,9 +37,15 @@ COUNTS = (
 
 
 def _options(
-    entry: Entry, requests: int, timeout: float, retries: int, baseline: bool
+    entry: Entry,
+    requests: int,
+    timeout: float,
+    retries: int,
+    baseline: bool,
+    state: Callable[[Path], CopyState] | None = None,
 ) -> SyncOptions:
     return SyncOptions(
+        state=state,
         delete=entry.delete,
         via=entry.via,
         baseline=baseline,
@@ -66,19 +77,36 @@ def sync_source(
     requests: int = 2,
     timeout: float = 30.0,
     retries: int = 3,
+    store: FleetStore | None = None,
 ) -> Outcome:
     """Bring the copy of `entry` in step with its Source. A first run is a baseline; a gap in
     the Source's change history (changes no longer listed anywhere) is recovered by a baseline
     at once rather than left for an operator. Never raises for the Source's faults: they are
-    the outcome's error."""
+    the outcome's error.
+
+    With `store` (a cluster), the copy's state is kept in the fleet's store, not under the
+    copy: any worker carries on where another left off."""
     started = time.time()
     t0 = time.monotonic()
     dest = entry.copy_dir(root)
+    state = None
+    if store is not None:
+        held = store
+
+        def state(local: Path) -> CopyState:
+            copy = held.copy_state(entry.name)
+            if local.exists() and copy.empty():
+                n = copy.import_local(local)
+                log.info("%s: imported the copy's local state (%d resources)", entry.name, n)
+            return copy
+
     try:
-        report = sync(entry.source, dest, _options(entry, requests, timeout, retries, False))
+        report = sync(entry.source, dest, _options(entry, requests, timeout, retries, False, state))
         mode = "+".join(sorted({s.mode for s in report.sets})) or "empty"
         if any(s.gap for s in report.sets):
-            report = sync(entry.source, dest, _options(entry, requests, timeout, retries, True))
+            report = sync(
+                entry.source, dest, _options(entry, requests, timeout, retries, True, state)
+            )
             mode = "baseline after a gap"
     except ResourceSyncError as exc:
         return Outcome(started, time.monotonic() - t0, False, "", str(exc))

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from .copystate import COPY_SCHEMA
 from .registry import FleetError
 from .store import ADDED, SCHEMA, SQLStore
 
@@ -38,7 +39,9 @@ class PostgresStore(SQLStore):
             self._execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('resourcesync.schema', 0))"
             )
-            for statement in SCHEMA.split(";"):
+            # SQLite's byte order is PostgreSQL's "C" collation.
+            schema = (SCHEMA + COPY_SCHEMA).replace("COLLATE BINARY", 'COLLATE "C"')
+            for statement in schema.split(";"):
                 if statement.strip():
                     self._execute(statement)
             for column, kind in ADDED:
@@ -55,6 +58,16 @@ class PostgresStore(SQLStore):
         try:
             cur = self.conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
             return list(cur.fetchall()) if cur.description else []
+        except psycopg.Error as exc:
+            raise FleetError(f"fleet database: {exc}", source=_redact(self.url)) from None
+
+    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        try:
+            with self.conn.cursor() as cur:
+                # psycopg sends the rows in one pipeline: one round trip, not one per row.
+                cur.executemany(sql.replace("?", "%s"), rows)  # type: ignore[arg-type]
         except psycopg.Error as exc:
             raise FleetError(f"fleet database: {exc}", source=_redact(self.url)) from None
 

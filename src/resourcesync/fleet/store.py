@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import sqlite as sqlite_habits
+from .copystate import COPY_SCHEMA, COPY_TABLES, StoreCopyState
 from .registry import Entry, FleetError
 
 __all__ = ["FleetStore", "Outcome", "Row", "SQLiteStore", "open_store"]
@@ -185,6 +186,10 @@ class FleetStore(Protocol):
         already held elsewhere."""
         ...
 
+    def copy_state(self, name: str) -> StoreCopyState:
+        """The Destination state of `name`'s copy, kept in this store."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -194,8 +199,15 @@ class SQLStore:
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         raise NotImplementedError  # pragma: no cover - abstract
 
+    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
+
     def _transaction(self) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError  # pragma: no cover - abstract
+
+    def copy_state(self, name: str) -> StoreCopyState:
+        """The Destination state of `name`'s copy, kept in this store (see `copystate.py`)."""
+        return StoreCopyState(self, name)
 
     def add(self, entries: Iterable[Entry], *, now: float, replace: bool = False) -> int:
         n = 0
@@ -233,6 +245,9 @@ class SQLStore:
         with self._transaction():
             found = bool(self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (name,)))
             self._execute("DELETE FROM fleet_source WHERE name = ?", (name,))
+            # The copy's state goes with it (its files stay, as `fleet remove` says).
+            for table in COPY_TABLES:
+                self._execute(f"DELETE FROM {table} WHERE copy_name = ?", (name,))
         return found
 
     def get(self, name: str) -> Row | None:
@@ -348,7 +363,7 @@ class SQLiteStore(SQLStore):
         self.path = path
         # The registry holds the Sources' request headers (credentials): for its owner only.
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.db = sqlite_habits.connect(path, SCHEMA, error=FleetError)
+        self.db = sqlite_habits.connect(path, SCHEMA + COPY_SCHEMA, error=FleetError)
         self.locks = path.parent / "locks"
         have = {r[1] for r in self._execute("PRAGMA table_info(fleet_source)")}
         for column, kind in ADDED:
@@ -361,8 +376,14 @@ class SQLiteStore(SQLStore):
         except sqlite3.DatabaseError as exc:
             raise FleetError(f"fleet database: {exc}", source=str(self.path)) from None
 
+    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        try:
+            self.db.executemany(sql, rows)
+        except sqlite3.DatabaseError as exc:
+            raise FleetError(f"fleet database: {exc}", source=str(self.path)) from None
+
     def _transaction(self) -> contextlib.AbstractContextManager[None]:
-        return sqlite_habits.transaction(self.db)
+        return _nested(self.db)
 
     @contextlib.contextmanager
     def lock(self, name: str) -> Iterator[bool]:
@@ -380,6 +401,16 @@ class SQLiteStore(SQLStore):
 
     def close(self) -> None:
         self.db.close()
+
+
+@contextlib.contextmanager
+def _nested(db: sqlite3.Connection) -> Iterator[None]:
+    """A transaction, or a part of the one already open (SQLite's BEGIN does not nest)."""
+    if db.in_transaction:
+        yield
+        return
+    with sqlite_habits.transaction(db):
+        yield
 
 
 FLEET_DIR = ".fleet"

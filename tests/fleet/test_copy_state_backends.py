@@ -1,0 +1,270 @@
+"""A copy's state in the fleet's store (issue 12), on both of the store's backends: SQLite (the
+embedded fleet's database) and a real PostgreSQL server.
+
+Two kinds of evidence. First, a differential test: one random sequence of operations applied to
+the Destination's own SQLite state and to the store's, every observation compared after every
+step (a second copy in the same store, worked on in between, must never show through). Second,
+the Destination's own tests, run again with the copy's state in the store instead of under
+DEST/.resourcesync/: what they check of the copy and of the reports must hold on either backend.
+The tests that read the state file itself, or sync in a child process, stay with the local
+state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import resourcesync.destination.audit as audit_module
+import resourcesync.destination.sync as sync_module
+from resourcesync.destination.options import scoped
+from resourcesync.destination.plan import Plan
+from resourcesync.destination.state import CopyState, Cursor, DestinationState, path_key
+from resourcesync.destination.sync import SyncOptions, sync
+from resourcesync.fleet.copystate import IMPORTED_SUFFIX, StoreCopyState
+from resourcesync.fleet.store import SQLiteStore, SQLStore
+from tests.destination.helpers import published_source, tree
+
+# The Destination's tests, collected here again (each runs on both backends).
+from tests.destination.test_faults import (  # noqa: F401
+    test_500s_then_success_are_retried,
+    test_a_body_cut_short_keeps_the_previous_copy,
+    test_a_hostile_dump_package_extracts_only_what_is_safe,
+    test_bytes_whose_digest_differs_are_retried_once_then_reported,
+    test_each_refused_dump_member_is_counted_once,
+)
+from tests.destination.test_sync import (  # noqa: F401
+    test_a_change_list_the_index_names_but_the_source_lost,
+    test_a_gap_is_reported_and_baseline_recovers,
+    test_a_second_baseline_of_an_unchanged_source_transfers_no_resource,
+    test_audit_exit_codes_and_counts,
+    test_baseline_of_an_emptied_source_keeps_files_pending_until_delete,
+    test_baseline_repairs_files_changed_locally,
+    test_baseline_via_dumps_mirrors_the_published_dir,
+    test_baseline_via_lists_mirrors_the_published_dir,
+    test_created_then_deleted_between_runs_is_not_fetched,
+    test_dry_run_changes_nothing,
+    test_rotation_walks_back_through_the_index_and_the_archive,
+    test_set_chooses_one_resource_set,
+    test_walks_back_through_the_change_list_archive,
+)
+from tests.destination.test_trust import (  # noqa: F401
+    test_a_baseline_that_cannot_read_the_whole_list_deletes_nothing,
+    test_a_change_list_of_change_lists_is_followed_not_downloaded,
+    test_a_deletion_never_removes_a_file_this_sync_did_not_write,
+    test_a_gap_inside_a_change_list_index_is_reported,
+    test_a_later_change_supersedes_a_remembered_failure,
+    test_a_pending_deletion_superseded_by_a_re_creation_is_not_applied,
+    test_lastmod_without_datetime_is_not_the_time_of_the_change,
+    test_the_cursor_is_the_latest_change_applied_not_the_last_listed,
+    test_two_uris_never_share_one_local_file,
+)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], autouse=True)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLStore]:
+    """The fleet's store on one backend; every sync in the test keeps its copy's state there
+    (one copy per DEST), never under DEST/.resourcesync/."""
+    opened: SQLStore
+    if request.param == "postgresql":
+        from resourcesync.fleet.pgstore import PostgresStore
+
+        opened = PostgresStore(request.getfixturevalue("postgres").database())
+    else:
+        opened = SQLiteStore(tmp_path / "fleet-store" / "fleet.sqlite")
+    names: dict[str, str] = {}
+
+    def in_store(local: Path) -> CopyState:
+        assert not local.exists(), f"a local state was written: {local}"
+        return opened.copy_state(names.setdefault(str(local.parent.parent), f"c{len(names)}"))
+
+    def with_store(options: SyncOptions, source: str) -> SyncOptions:
+        return dataclasses.replace(scoped(options, source), state=in_store)
+
+    # Every sync and audit the test runs (through the CLI too) is given that state.
+    patch = pytest.MonkeyPatch()
+    patch.setattr(sync_module, "scoped", with_store)
+    patch.setattr(audit_module, "scoped", with_store)
+    try:
+        yield opened
+    finally:
+        patch.undo()
+        opened.close()
+
+
+# -- the differential test ----------------------------------------------------------------
+
+URIS = [f"http://example.org/{p}" for p in ("a", "b", "B", "c/d", "é", "e\u0301", "f", "g")]
+SETS = ["set1", "set2"]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _observe(state: CopyState) -> dict[str, Any]:
+    """Everything the stages can ask of a state."""
+    return {
+        "known": {u: _known(state, u) for u in URIS},
+        # Two URIs of one key are never both recorded by a sync; here they may be, and either
+        # may be named: what must hold is that the owner named has that key.
+        "owner": {k: _owner_key(state, k) for k in {path_key(u[19:]) for u in URIS}},
+        "uris": {s: list(state.uris(s)) for s in SETS},
+        "all": [(k.uri, k.path, k.length, k.hashes, k.etag) for k in state.all_known()],
+        "count": state.count(),
+        "cursor": {s: state.cursor(s) for s in SETS},
+        "baseline_at": {s: state.baseline_at(s) for s in SETS},
+        "pending": [state.pending_deletes(), *(state.pending_deletes(s) for s in SETS)],
+        "failures": {s: state.failures(s) for s in SETS},
+        "has_failure": {u: state.has_failure(u) for u in URIS},
+        "undated": {u: state.undated_sig(u) for u in URIS},
+        "meta": {k: state.get(k) for k in ("running", "note")},
+    }
+
+
+def _owner_key(state: CopyState, key: str) -> str | None:
+    owner = state.owner(key)
+    known = state.known(owner) if owner is not None else None
+    return None if known is None else path_key(known.path)
+
+
+def _known(state: CopyState, uri: str) -> Any:
+    k = state.known(uri)
+    return None if k is None else (k.path, k.length, k.hashes, k.etag, k.last_modified)
+
+
+def _step(rng: random.Random) -> Callable[[CopyState], Any]:
+    """One random operation, the same for every state it is applied to."""
+    u, s = rng.choice(URIS), rng.choice(SETS)
+    when = T0 + timedelta(seconds=rng.randrange(10_000))
+    op = rng.randrange(13)
+    if op <= 2:
+        row = (u, u[19:], rng.randrange(100), {"md5": f"{rng.randrange(9)}"}, when, "e", "lm", s)
+        return lambda st: st.record(*row)
+    if op == 3:
+        rows = [
+            (v, v[19:], rng.randrange(100), {"sha-256": "x"}, None, None, None, s)
+            for v in rng.sample(URIS, 3)
+        ]
+        return lambda st: st.record_many(rows)
+    if op == 4:
+        return lambda st: st.forget(u)
+    if op == 5:
+        cursor, at = Cursor(when, rng.choice(["", u])), rng.choice([None, when])
+        return lambda st: st.set_cursor(s, cursor, baseline_at=at)
+    if op == 6:
+        return (
+            (lambda st: st.reset(s)) if rng.random() < 0.5 else lambda st: st.clear_outstanding(s)
+        )
+    if op == 7:
+        w = rng.choice([None, when])
+        return lambda st: st.pend_delete(u, w, s)
+    if op == 8:
+        expected = {"length": rng.randrange(50)}
+        return lambda st: st.fail(u, expected, "a reason", s)
+    if op == 9:
+        return lambda st: st.clear_failure(u)
+    if op == 10:
+        value = str(rng.random())
+        return lambda st: st.put("note", value) if value < "0.5" else st.drop("note")
+    # A run's plan on the scratch: what it saw, kept and marked as undated.
+    seen = rng.sample(URIS, rng.randrange(len(URIS)))
+    plan = [(v, rng.choice(["fetch", "keep", "delete"]), rng.choice([None, "sig"])) for v in seen]
+
+    def run(st: CopyState) -> list[str]:
+        p = Plan(st.scratch())
+        p.seen(seen)
+        for v, action, sig in plan:
+            p.add(v, action, sig=sig and f"{sig}-{v}")
+        p.flush()
+        unseen = sorted(st.unseen(s))
+        st.supersede_kept()
+        st.remember_undated(s)
+        return unseen
+
+    return run
+
+
+def test_the_store_keeps_a_copys_state_exactly_as_the_destination_does(
+    tmp_path: Path, store: SQLStore
+) -> None:
+    local = DestinationState(tmp_path / "local" / "state.sqlite")
+    mine, other = store.copy_state("one"), store.copy_state("other")
+    rng = random.Random(20261125)
+    try:
+        for i in range(400):
+            op = _step(rng)
+            assert op(local) == op(mine), f"step {i}"
+            assert _observe(local) == _observe(mine), f"step {i}"
+            _step(rng)(other)  # another copy's work in the same tables never shows through
+    finally:
+        local.close()
+        mine.close()
+        other.close()
+
+
+def test_removing_a_source_removes_its_copys_state(store: SQLStore) -> None:
+    from resourcesync.fleet.registry import Entry
+
+    store.add([Entry(name=n, source=f"http://127.0.0.1:9/{n}/") for n in ("a", "b")], now=0.0)
+    for name in ("a", "b"):
+        st = store.copy_state(name)
+        st.record(URIS[0], "a", 1, {}, None, None, None, "set1")
+        st.set_cursor("set1", Cursor(T0))
+        st.close()
+    assert store.remove("a")
+    assert store.copy_state("a").count() == 0 and store.copy_state("a").cursor("set1") is None
+    assert store.copy_state("b").count() == 1
+
+
+# -- a copy synced before, taken over --------------------------------------------------------
+
+
+def test_a_copy_synced_with_local_state_is_taken_over_without_a_new_baseline(
+    tmp_path: Path, store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from resourcesync.fleet.job import sync_source
+    from resourcesync.fleet.registry import Entry
+
+    monkeypatch.setattr(sync_module, "scoped", scoped)
+    files = {"a.txt": b"alpha", "b/c.txt": b"gamma"}
+    root = tmp_path / "fleet"
+    with published_source(tmp_path, files) as src:
+        entry = Entry(name="site", source=src.root, delete=True)
+        first = sync_source(entry, root)  # embedded: the state beside the copy
+        local = root / "site" / ".resourcesync" / "state.sqlite"
+        assert first.ok and first.mode == "baseline" and local.exists()
+        src.write({"a.txt": b"alpha 2", "d.txt": b"delta"})
+        (src.data / "b" / "c.txt").unlink()
+        src.publish()
+        src.recorder.reset()
+        second = sync_source(entry, root, store=store)  # distributed: the state in the store
+        assert second.ok and second.mode == "incremental", second
+        assert src.resource_gets() == {"/a.txt": 1, "/d.txt": 1}
+        assert tree(root / "site") == {"a.txt": b"alpha 2", "d.txt": b"delta"}
+        assert not local.exists()
+        assert local.with_name("state.sqlite" + IMPORTED_SUFFIX).exists()
+        state = store.copy_state("site")
+        assert sorted(k.path for k in state.all_known()) == ["a.txt", "d.txt"]
+        assert state.get("running") is None
+        state.close()
+
+
+def test_a_sync_with_its_state_in_the_store_leaves_none_under_the_copy(
+    tmp_path: Path, store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sync_module, "scoped", scoped)  # the state given below, not the fixture's
+    files = {"a.txt": b"alpha", "k/b.txt": b"beta"}
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, files) as src:
+        report = sync(src.root, dest, SyncOptions(state=lambda _: store.copy_state("x")))
+        assert report.ok and tree(dest) == files
+        assert not (dest / ".resourcesync" / "state.sqlite").exists()
+        assert isinstance(store.copy_state("x"), StoreCopyState)
+        counts = {k.uri.rsplit("/", 1)[-1]: k.length for k in store.copy_state("x").all_known()}
+        assert counts == {"a.txt": 5, "b.txt": 4}
+        assert json.dumps(sorted(counts))  # plain data, no backend types leak out
