@@ -134,7 +134,8 @@ def add(
 @_where
 @handle_errors
 def remove(name: str, root: Path, db: str | None) -> None:
-    """Stop following NAME (its copy is left where it is)."""
+    """Stop following NAME (its copy's files are left where they are; the state the fleet
+    kept for it goes)."""
     with _store(root, db) as store:
         if not store.remove(name):
             fail(f"no Source named {name!r} in this fleet")
