@@ -157,7 +157,7 @@ def test_a_package_whose_digest_differs_is_not_unpacked(tmp_path: Path) -> None:
         )
         result = cli("sync", b, dest, "--via", "dumps")
         assert result.exit_code == 2
-        assert "package md5 is" in result.stderr and "the Resource Dump says" in result.stderr
+        assert "package md5 is" in result.stderr and "the dump says" in result.stderr
         code, summary = cli_json("sync", b, tmp_path / "auto")
         assert code == 0 and _set(summary)["via"] == "lists", summary
         assert tree(tmp_path / "auto") == {"a.txt": b"a"}

@@ -269,7 +269,8 @@ def _summary(report: SyncReport, *, quiet: bool = False) -> None:
     type=click.Choice(["lists", "dumps", "auto"]),
     default="auto",
     show_default=True,
-    help="Baseline from lists + GETs, or from dump packages.",
+    help="Baselines and increments from lists + GETs, or from the Resource and Change Dumps' "
+    "packages (auto: dumps when the Source offers them).",
 )
 @click.option("--delete", is_flag=True, help="Apply deletions (off by default: kept pending).")
 @click.option("--dry-run", is_flag=True, help="Show what would be done; change nothing.")

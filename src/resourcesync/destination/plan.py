@@ -51,10 +51,14 @@ class Plan:
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
-        db.execute("DELETE FROM plan")
-        db.execute("DELETE FROM seen")
-        db.execute("DELETE FROM claims")
         self.batch: list[tuple[Any, ...]] = []
+        self.reset()
+
+    def reset(self) -> None:
+        """Start again: nothing planned, seen or claimed."""
+        self.batch.clear()
+        for table in ("plan", "seen", "claims"):
+            self.db.execute(f"DELETE FROM {table}")
 
     def add(
         self, uri: str, action: str, res: Resource | None = None, *, sig: str | None = None

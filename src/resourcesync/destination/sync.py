@@ -32,7 +32,7 @@ from ..model import Resource
 from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
 from .discover import SetInfo, SourceInfo, discover
-from .dumps import baseline_from_dumps
+from .dumps import baseline_from_dumps, changes_from_dumps
 from .lock import CopyLock
 from .mirror import Mapping, Mirror
 from .options import Progress, Run, SyncOptions, scoped
@@ -136,7 +136,7 @@ class _Syncer:
             report.mode = "incremental"
             baseline_at = None
             self._seed(plan, key)
-            new_cursor = self.planner.incremental(s, key, plan, report, cursor)
+            new_cursor = self._plan_increment(s, key, plan, report, cursor)
             if report.gap is not None:
                 return report
         self._carry_out(plan, key, report, new_cursor, baseline_at)
@@ -157,6 +157,34 @@ class _Syncer:
         elif via == "dumps":
             raise ReadError("the Source offers no Resource Dump", source=s.capabilitylist)
         return self.planner.baseline(s, key, plan, report)
+
+    def _plan_increment(
+        self, s: SetInfo, key: str, plan: Plan, report: SetReport, cursor: Cursor
+    ) -> Cursor:
+        """From the Change Dump's packages when the Source offers them and `--via` allows (the
+        URIs whose final state a package holds are extracted from it here), else from the
+        Change Lists."""
+        via = self.options.via
+        if via in ("dumps", "auto") and s.url("changedump") and not self.options.dry_run:
+            counted = (report.changes, report.unchanged, report.refused)
+            try:
+                from_dumps = changes_from_dumps(
+                    self.run, self.planner, s, key, plan, report, cursor
+                )
+            except ResourceSyncError as exc:
+                if via == "dumps":
+                    raise
+                report.problem(s.url("changedump") or "", f"dump not usable ({exc}); lists used")
+                report.via = "lists"
+                # Planned again from the lists: counted once. (What a package already put in
+                # place is recorded, and the lists' plan finds it unchanged.)
+                report.changes, report.unchanged, report.refused = counted
+                plan.reset()
+                self._seed(plan, key)
+            else:
+                if from_dumps is not None:
+                    return from_dumps
+        return self.planner.incremental(s, key, plan, report, cursor)
 
     def _carry_out(
         self,

@@ -1,0 +1,196 @@
+"""Increments from Change Dumps (issue 10.15): `--via dumps|auto` takes the changes' bytes from
+the Change Dump's packages, verified against their manifests, instead of one GET per change —
+with the final state per URI winning across packages, the Change Lists after the last package,
+and the Change Lists instead whenever a package cannot be used or the packages leave a gap."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zipfile
+from pathlib import Path
+
+from tests.destination.helpers import cli, cli_json, published_source, set_report, tree
+
+CAPS = ("resourcelist", "changelist", "changedump")
+FILES = {"a.txt": b"alpha", "b.txt": b"beta", "k/c.txt": b"gamma"}
+
+
+def _packages(out: Path) -> list[Path]:
+    return sorted(out.rglob("changedumps/*/package-*.zip"))
+
+
+def _edit(src: object, data: Path) -> None:
+    (data / "a.txt").write_bytes(b"alpha 2")
+    (data / "b.txt").unlink()
+    (data / "d.txt").write_bytes(b"delta")
+
+
+def test_an_increment_takes_its_bytes_from_the_change_dump(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES, capabilities=CAPS) as src:
+        code, summary = cli_json("sync", src.root, dest, "--delete")
+        assert code == 0 and set_report(summary)["mode"] == "baseline"
+        # Two publishes: a.txt changes in both, so its final state is in the second package.
+        _edit(src, src.data)
+        src.publish()
+        (src.data / "a.txt").write_bytes(b"alpha 3")
+        (src.data / "k" / "c.txt").write_bytes(b"gamma 2")
+        src.publish()
+        assert len(_packages(src.out)) == 2
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest, "--delete")
+        s = set_report(summary)
+        assert code == 0, summary
+        assert (s["mode"], s["via"], s["fetched"], s["deleted"]) == ("incremental", "dumps", 3, 1)
+        assert src.resource_gets() == {}  # every byte came in the packages
+        expected = {"a.txt": b"alpha 3", "k/c.txt": b"gamma 2", "d.txt": b"delta"}
+        assert tree(dest) == expected
+        assert cli("audit", src.root, dest).exit_code == 0
+        # The state knows what the packages put in place: the next run fetches nothing.
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest, "--delete")
+        assert code == 0 and set_report(summary)["fetched"] == 0
+        assert src.resource_gets() == {}
+
+
+def test_changes_after_the_last_package_come_from_the_change_lists(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES, capabilities=CAPS) as src:
+        assert cli("sync", src.root, dest, "--delete").exit_code == 0
+        _edit(src, src.data)
+        src.publish()
+        (src.data / "a.txt").write_bytes(b"alpha 3")
+        src.publish()
+        # A Change Dump that lags behind the Change List: its newest package is not listed yet.
+        dump = next(src.out.rglob("changedump.xml"))
+        text = dump.read_text()
+        urls = re.findall(r"<url>.*?</url>", text, flags=re.S)
+        assert len(urls) == 2
+        dump.write_text(text.replace(urls[1], ""))
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest, "--delete")
+        s = set_report(summary)
+        assert code == 0, summary
+        assert s["via"] == "dumps"
+        # d.txt from the package; a.txt's final state is only in the Change List: one GET.
+        assert src.resource_gets() == {"/a.txt": 1}
+        assert tree(dest) == {"a.txt": b"alpha 3", "k/c.txt": b"gamma", "d.txt": b"delta"}
+
+
+def test_a_member_that_differs_from_its_manifest_is_fetched_on_its_own(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES, capabilities=CAPS) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        _edit(src, src.data)
+        src.publish()
+        (package,) = _packages(src.out)
+        # The package rebuilt with d.txt's bytes altered (same length), its manifest untouched,
+        # and the Change Dump updated to the new package's length and digest.
+        with zipfile.ZipFile(package) as zf:
+            members = {info.filename: zf.read(info) for info in zf.infolist()}
+        name = next(n for n in members if n.endswith("d.txt"))
+        members[name] = b"DELTA"
+        with zipfile.ZipFile(package, "w") as zf:
+            for n, body in members.items():
+                zf.writestr(n, body)
+        body = package.read_bytes()
+        dump = next(src.out.rglob("changedump.xml"))
+        dump.write_text(
+            re.sub(
+                r'hash="md5:[0-9a-f]+" length="\d+"',
+                f'hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}"',
+                dump.read_text(),
+            )
+        )
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest)
+        s = set_report(summary)
+        assert code == 0, summary
+        assert s["via"] == "dumps"
+        assert any("not taken from the package" in p["message"] for p in s["problems"]), s
+        assert src.resource_gets() == {"/d.txt": 1}  # a.txt came in the package
+        assert tree(dest) == {
+            "a.txt": b"alpha 2",
+            "b.txt": b"beta",
+            "k/c.txt": b"gamma",
+            "d.txt": b"delta",
+        }
+
+
+def test_auto_falls_back_to_the_lists_when_a_package_is_altered(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES, capabilities=CAPS) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        _edit(src, src.data)
+        src.publish()
+        _flip_a_byte(_packages(src.out)[0])
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest)
+        s = set_report(summary)
+        assert code == 0, summary
+        assert s["via"] == "lists"
+        assert any("dump not usable" in p["message"] for p in s["problems"]), s
+        assert src.resource_gets() == {"/a.txt": 1, "/d.txt": 1}
+        assert tree(dest)["d.txt"] == b"delta"
+
+
+def _flip_a_byte(path: Path) -> None:
+    body = bytearray(path.read_bytes())
+    body[len(body) // 2] ^= 0xFF
+    path.write_bytes(bytes(body))
+
+
+def test_via_dumps_refuses_a_package_altered_on_the_way(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES, capabilities=CAPS) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        before = tree(dest)
+        _edit(src, src.data)
+        src.publish()
+        _flip_a_byte(_packages(src.out)[0])
+        result = cli("sync", src.root, dest, "--via", "dumps")
+        assert result.exit_code == 2
+        assert "package md5 is" in result.stderr and "package-00001.zip" in result.stderr
+        # Nothing applied, the cursor where it was: the next run does the whole increment.
+        assert tree(dest) == before
+        code, summary = cli_json("sync", src.root, dest, "--via", "lists")
+        assert code == 0 and set_report(summary)["fetched"] == 2
+
+
+def test_packages_that_do_not_reach_back_to_the_cursor_leave_it_to_the_lists(
+    tmp_path: Path,
+) -> None:
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES, capabilities=CAPS) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        _edit(src, src.data)
+        src.publish()
+        (src.data / "a.txt").write_bytes(b"alpha 3")
+        src.publish()
+        # The Source dropped its first package (and the archive says nothing of it).
+        dump = next(src.out.rglob("changedump.xml"))
+        text = dump.read_text()
+        first = re.findall(r"<url>.*?</url>", text, flags=re.S)[0]
+        dump.write_text(text.replace(first, ""))
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest)
+        s = set_report(summary)
+        assert code == 0, summary
+        assert s["via"] == "lists"
+        assert any("Change Dump not used" in p["message"] for p in s["problems"]), s
+        assert src.resource_gets() == {"/a.txt": 1, "/d.txt": 1}
+        assert tree(dest)["a.txt"] == b"alpha 3"
+
+
+def test_via_lists_never_reads_the_change_dump(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES, capabilities=CAPS) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        _edit(src, src.data)
+        src.publish()
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest, "--via", "lists")
+        assert code == 0 and set_report(summary)["via"] == "lists"
+        assert not [h for h in src.recorder.gets() if "changedump" in h.path]
+        assert src.resource_gets() == {"/a.txt": 1, "/d.txt": 1}
