@@ -30,6 +30,7 @@ from resourcesync.destination.state import CopyState, Cursor, DestinationState, 
 from resourcesync.destination.sync import SyncOptions, sync
 from resourcesync.fleet.copystate import IMPORTED_SUFFIX, StoreCopyState
 from resourcesync.fleet.store import SQLiteStore, SQLStore
+from resourcesync.model import Link
 from tests.destination.helpers import published_source, tree
 
 # The Destination's tests, collected here again (each runs on both backends).
@@ -114,7 +115,7 @@ def _observe(state: CopyState) -> dict[str, Any]:
         # may be named: what must hold is that the owner named has that key.
         "owner": {k: _owner_key(state, k) for k in {path_key(u[19:]) for u in URIS}},
         "uris": {s: list(state.uris(s)) for s in SETS},
-        "all": [(k.uri, k.path, k.length, k.hashes, k.etag) for k in state.all_known()],
+        "all": [(k.uri, k.path, k.length, k.hashes, k.etag, k.links) for k in state.all_known()],
         "count": state.count(),
         "cursor": {s: state.cursor(s) for s in SETS},
         "baseline_at": {s: state.baseline_at(s) for s in SETS},
@@ -134,7 +135,7 @@ def _owner_key(state: CopyState, key: str) -> str | None:
 
 def _known(state: CopyState, uri: str) -> Any:
     k = state.known(uri)
-    return None if k is None else (k.path, k.length, k.hashes, k.etag, k.last_modified)
+    return None if k is None else (k.path, k.length, k.hashes, k.etag, k.last_modified, k.links)
 
 
 def _step(rng: random.Random) -> Callable[[CopyState], Any]:
@@ -142,9 +143,12 @@ def _step(rng: random.Random) -> Callable[[CopyState], Any]:
     u, s = rng.choice(URIS), rng.choice(SETS)
     when = T0 + timedelta(seconds=rng.randrange(10_000))
     op = rng.randrange(13)
-    if op <= 2:
+    links = rng.choice([None, [], [Link(rel="alternate", href=u + ".html", type="text/html")]])
+    if op <= 1:
         row = (u, u[19:], rng.randrange(100), {"md5": f"{rng.randrange(9)}"}, when, "e", "lm", s)
-        return lambda st: st.record(*row)
+        return lambda st: st.record(*row, links=links)
+    if op == 2:
+        return lambda st: st.set_links(u, links)
     if op == 3:
         rows = [
             (v, v[19:], rng.randrange(100), {"sha-256": "x"}, None, None, None, s)

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "source": ("serve", "source"),
     "sync": ("sync", "sync"),
     "audit": ("sync", "audit"),
+    "ls": ("ls", "ls"),
     "hub": ("hub", "hub"),
     "lirs": ("lirs", "lirs"),
     "antenna": ("lirs", "antenna"),

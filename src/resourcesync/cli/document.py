@@ -12,7 +12,8 @@ from typing import Any
 import click
 
 from ..hashing import format_hashes
-from ..model import Document, Link, Resource
+from ..jsonable import link_json
+from ..model import Document, Resource
 from ..sitemap import Mapping, Resolver, walk
 from ..sitemap import validate as validate_documents
 from ..sitemap.follow import FOLLOW_ALL, FOLLOW_NONE
@@ -162,23 +163,6 @@ def _where(f: Finding) -> str:
 
 def _dt(value: datetime | None) -> str | None:
     return format_w3c(value) if value is not None else None
-
-
-def link_json(ln: Link) -> dict[str, Any]:
-    out: dict[str, Any] = {"rel": ln.rel, "href": ln.href}
-    for key, value in (
-        ("type", ln.type),
-        ("length", ln.length),
-        ("hashes", ln.hashes or None),
-        ("modified", _dt(ln.modified)),
-        ("path", ln.path),
-        ("pri", ln.pri),
-        ("encoding", ln.encoding),
-    ):
-        if value is not None:
-            out[key] = value
-    out.update(ln.extra)
-    return out
 
 
 def document_json(doc: Document, source: str) -> dict[str, Any]:

@@ -111,7 +111,9 @@ def _taken(run: Run, res: Resource, outcome: Written, key: str, report: SetRepor
         None,
         None,
         key,
+        res.links,
     )
+    report.link(res.loc, res.links)
 
 
 def _manifest(zpath: Path, package: Resource, report: SetReport | None) -> list[Resource]:

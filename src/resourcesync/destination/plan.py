@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReadError
-from ..model import Link, Resource
+from ..jsonable import link_from_json
+from ..model import Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..sitemap.read import DocumentReader
@@ -26,7 +27,7 @@ from .discover import SetInfo
 from .mirror import UnsafePath
 from .options import Run
 from .report import SetReport
-from .state import Cursor, path_key
+from .state import Cursor, keep_links, links_column, path_key
 
 __all__ = ["Plan", "Planner", "change_entries", "expect", "lists_covering", "same"]
 
@@ -47,7 +48,7 @@ class Plan:
         db.execute(
             "CREATE TEMP TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, uri TEXT UNIQUE, "
             "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT, sig TEXT, "
-            "mirrors TEXT)"
+            "links TEXT)"
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
@@ -77,7 +78,7 @@ class Plan:
                 format_w3c(res.lastmod) if res and res.lastmod else None,
                 format_w3c(res.change_time) if res and res.change_time else None,
                 sig,
-                _mirrors(res) if res and res.links else None,
+                links_column(res.links) if res else None,
             )
         )
         if len(self.batch) >= _BATCH:
@@ -99,7 +100,7 @@ class Plan:
             self.db.executemany("DELETE FROM plan WHERE uri = ?", [(b[0],) for b in self.batch])
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime, "
-                "sig, mirrors) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "sig, links) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 self.batch,
             )
             self.batch.clear()
@@ -128,13 +129,13 @@ class Plan:
         last = 0
         while True:
             batch = self.db.execute(
-                "SELECT seq, uri, length, hashes, lastmod, datetime, mirrors FROM plan "
+                "SELECT seq, uri, length, hashes, lastmod, datetime, links FROM plan "
                 "WHERE action = ? AND seq > ? ORDER BY seq LIMIT 1000",
                 (action, last),
             ).fetchall()
             if not batch:
                 return
-            for seq, uri, length, hashes, lastmod, when, mirrors in batch:
+            for seq, uri, length, hashes, lastmod, when, links in batch:
                 last = seq
                 res = Resource(
                     loc=uri,
@@ -142,21 +143,9 @@ class Plan:
                     hashes=json.loads(hashes) if hashes else {},
                     lastmod=parse_w3c(lastmod) if lastmod else None,
                     datetime=parse_w3c(when) if when else None,
-                    links=[Link(rel="duplicate", href=h) for h in json.loads(mirrors)]
-                    if mirrors
-                    else [],
+                    links=[link_from_json(d) for d in json.loads(links)] if links else [],
                 )
                 yield uri, res
-
-
-def _mirrors(res: Resource) -> str | None:
-    """The entry's `rel="duplicate"` mirrors (core §14.2), in `pri` order (lowest first, those
-    without `pri` last), as JSON: where to fetch it from when `<loc>` fails (issue 10.14)."""
-    found = [ln for ln in res.links if ln.rel == "duplicate" and ln.href]
-    if not found:
-        return None
-    found.sort(key=lambda ln: (ln.pri is None, ln.pri or 0))
-    return json.dumps([ln.href for ln in found])
 
 
 def expect(capability: str | None, wanted: str, url: str) -> None:
@@ -272,6 +261,8 @@ class Planner:
             and self._intact(uri, path, known.length, res)
         ):
             report.unchanged += 1
+            if not self.run.options.dry_run:
+                keep_links(self.run.state, known, res)
             return
         plan.add(uri, "fetch", res)
 
@@ -400,6 +391,8 @@ class Planner:
                     if self._intact(uri, mirror.path_for(uri), known.length, res):
                         plan.keep(uri)
                         report.unchanged += 1
+                        if not self.run.options.dry_run:
+                            keep_links(state, known, res)
                 except UnsafePath:
                     pass
         return last

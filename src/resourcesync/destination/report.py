@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..jsonable import link_json
+from ..model import Link
+
 __all__ = ["Action", "AuditReport", "Problem", "SetReport", "SyncReport"]
 
 #: Examples of each kind kept in an audit report.
@@ -55,10 +58,19 @@ class SetReport:
     #: With --dry-run: the URIs each action would touch (`created`, `updated`, `deleted`,
     #: `pending`), at most MAX_LISTED of each.
     would: dict[str, list[str]] = field(default_factory=dict)
+    #: The links the Source gave for the resources fetched in this run (`alternate`,
+    #: `canonical`, `memento`, `patch`, `describedby`, `duplicate` …), by URI; at most
+    #: MAX_LISTED. Every resource's links are kept in the state (`resourcesync ls`).
+    links: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def problem(self, uri: str, message: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(Problem(uri, message))
+
+    def link(self, uri: str, links: list[Link]) -> None:
+        """A resource fetched in this run came with links (at most MAX_LISTED are shown)."""
+        if links and len(self.links) < MAX_LISTED:
+            self.links[uri] = [link_json(ln) for ln in links]
 
     def list_would(self, kind: str, uri: str) -> None:
         listed = self.would.setdefault(kind, [])

@@ -14,17 +14,19 @@ import contextlib
 import json
 import sqlite3
 import unicodedata
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import ResourceSyncError
+from ..jsonable import link_json
+from ..model import Link, Resource
 from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
 
-__all__ = ["CopyState", "Cursor", "DestinationState", "Known", "path_key"]
+__all__ = ["CopyState", "Cursor", "DestinationState", "Known", "links_column", "path_key"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -64,11 +66,49 @@ CREATE TABLE IF NOT EXISTS failed (
 """
 
 
+def links_column(links: Sequence[Link] | None) -> str | None:
+    """An entry's links as a plan or a state keeps them (JSON; None for none): the Destination
+    keeps what the Source said of each resource — `alternate`, `canonical`, `memento`,
+    `patch`, `describedby`, `duplicate` … — for its users to see (issue 10.16)."""
+    return json.dumps([link_json(ln) for ln in links], sort_keys=True) if links else None
+
+
+def links_of(column: str | None) -> list[dict[str, Any]]:
+    """The links a state's column holds, as JSON objects."""
+    return list(json.loads(column)) if column else []
+
+
+def keep_links(state: CopyState, known: Known, res: Resource) -> None:
+    """A resource whose content we hold as listed: its links as the Source now gives them."""
+    column = links_column(res.links)
+    if links_of(column) != known.links:
+        state.set_links(known.uri, res.links)
+
+
 def path_key(path: str) -> str:
     """What two local paths share when one file system may take them for one file: the same
     name in NFC and NFD form (macOS), or in another case (macOS, Windows). Two URIs whose
     paths share a key must not both be written (issue 17.6, 17.7)."""
     return unicodedata.normalize("NFC", path).casefold()
+
+
+def resource_row(r: Sequence[Any]) -> tuple[Any, ...]:
+    """A `record` call's arguments as the columns of a stored resource: uri, path, length,
+    hashes, lastmod, etag, last_modified, set_key, path (for its key), links."""
+    uri, path, length, hashes, lastmod, etag, last_modified, set_key = r[:8]
+    links = r[8] if len(r) > 8 else None
+    return (
+        uri,
+        path,
+        length,
+        json.dumps(hashes, sort_keys=True),
+        format_w3c(lastmod) if lastmod else None,
+        etag,
+        last_modified,
+        set_key,
+        path,
+        links_column(links),
+    )
 
 
 class StateError(ResourceSyncError):
@@ -93,6 +133,8 @@ class Known:
     hashes: dict[str, str]
     etag: str | None
     last_modified: str | None
+    #: The links the Source gave for it (`link_json` form), as of the last time it was listed.
+    links: list[dict[str, Any]] = field(default_factory=list)
 
 
 class CopyState(Protocol):
@@ -120,8 +162,10 @@ class CopyState(Protocol):
         etag: str | None,
         last_modified: str | None,
         set_key: str,
+        links: Sequence[Link] | None = None,
     ) -> None: ...
     def record_many(self, rows: list[tuple[Any, ...]]) -> None: ...
+    def set_links(self, uri: str, links: Sequence[Link] | None) -> None: ...
     def forget(self, uri: str) -> None: ...
     def uris(self, set_key: str) -> Iterator[str]: ...
     def all_known(self) -> Iterator[Known]: ...
@@ -159,6 +203,8 @@ class DestinationState:
             with self.transaction():
                 self.db.execute("ALTER TABLE resources ADD COLUMN path_key TEXT")
                 self.db.execute("UPDATE resources SET path_key = path_key(path)")
+        if "links" not in columns:
+            self.db.execute("ALTER TABLE resources ADD COLUMN links TEXT")
         self.db.execute("CREATE INDEX IF NOT EXISTS resources_path_key ON resources (path_key)")
 
     def owner(self, key: str) -> str | None:
@@ -188,12 +234,13 @@ class DestinationState:
 
     def known(self, uri: str) -> Known | None:
         row = self.db.execute(
-            "SELECT uri, path, length, hashes, etag, last_modified FROM resources WHERE uri = ?",
+            "SELECT uri, path, length, hashes, etag, last_modified, links FROM resources "
+            "WHERE uri = ?",
             (uri,),
         ).fetchone()
         if row is None:
             return None
-        return Known(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5])
+        return Known(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], links_of(row[6]))
 
     def record(
         self,
@@ -205,52 +252,32 @@ class DestinationState:
         etag: str | None,
         last_modified: str | None,
         set_key: str,
+        links: Sequence[Link] | None = None,
     ) -> None:
         """A resource verified and in place (committed at once)."""
-        self.db.execute(
-            "INSERT OR REPLACE INTO resources (uri, path, length, hashes, lastmod, etag, "
-            "last_modified, set_key, path_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, path_key(?))",
-            (
-                uri,
-                path,
-                length,
-                json.dumps(hashes, sort_keys=True),
-                format_w3c(lastmod) if lastmod else None,
-                etag,
-                last_modified,
-                set_key,
-                path,
-            ),
+        self.record_many(
+            [(uri, path, length, hashes, lastmod, etag, last_modified, set_key, links)]
         )
-        self.db.execute("DELETE FROM failed WHERE uri = ?", (uri,))
-        self.db.execute("DELETE FROM pending_deletes WHERE uri = ?", (uri,))
 
     def record_many(self, rows: list[tuple[Any, ...]]) -> None:
-        """Several `record` calls in one transaction (rows as `record`'s arguments)."""
+        """Several `record` calls in one transaction (rows as `record`'s arguments, `links`
+        optional)."""
         if not rows:
             return
         with self.transaction():
             self.db.executemany(
                 "INSERT OR REPLACE INTO resources (uri, path, length, hashes, lastmod, etag, "
-                "last_modified, set_key, path_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, path_key(?))",
-                [
-                    (
-                        uri,
-                        path,
-                        length,
-                        json.dumps(hashes, sort_keys=True),
-                        format_w3c(lastmod) if lastmod else None,
-                        etag,
-                        last_modified,
-                        set_key,
-                        path,
-                    )
-                    for uri, path, length, hashes, lastmod, etag, last_modified, set_key in rows
-                ],
+                "last_modified, set_key, path_key, links) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, path_key(?), ?)",
+                [resource_row(r) for r in rows],
             )
             uris = [(r[0],) for r in rows]
             self.db.executemany("DELETE FROM failed WHERE uri = ?", uris)
             self.db.executemany("DELETE FROM pending_deletes WHERE uri = ?", uris)
+
+    def set_links(self, uri: str, links: Sequence[Link] | None) -> None:
+        """The Source now gives other links for a resource whose content we hold."""
+        self.db.execute("UPDATE resources SET links = ? WHERE uri = ?", (links_column(links), uri))
 
     def forget(self, uri: str) -> None:
         self.db.execute("DELETE FROM resources WHERE uri = ?", (uri,))
@@ -265,9 +292,12 @@ class DestinationState:
 
     def all_known(self) -> Iterator[Known]:
         for row in self.db.execute(
-            "SELECT uri, path, length, hashes, etag, last_modified FROM resources ORDER BY uri"
+            "SELECT uri, path, length, hashes, etag, last_modified, links FROM resources "
+            "ORDER BY uri"
         ):
-            yield Known(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5])
+            yield Known(
+                row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], links_of(row[6])
+            )
 
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM resources").fetchone()[0])

@@ -23,6 +23,7 @@ from .mirror import IntegrityError, UnsafePath
 from .options import Run
 from .plan import Plan, same
 from .report import Action, SetReport
+from .state import keep_links
 
 __all__ = ["POOL", "Transfer"]
 
@@ -195,6 +196,7 @@ class Transfer:
                         ):
                             report.not_modified += 1
                             state.clear_failure(uri)
+                            keep_links(state, known, res)
                             return False
                         continue  # the Source says otherwise: fetch it unconditionally
                     await self._receive(response, uri, uri, res, key, report, known is None)
@@ -257,8 +259,10 @@ class Transfer:
                 response.headers.get("ETag") if primary else None,
                 response.headers.get("Last-Modified") if primary else None,
                 key,
+                res.links,
             )
         )
+        report.link(uri, res.links)
         if len(self._records) >= RECORD_BATCH:
             self.flush_records()
         report.fetched += 1
@@ -278,7 +282,10 @@ class Transfer:
         """When `<loc>` failed: the entry's `rel="duplicate"` mirrors in `pri` order (core
         §14.2), each verified against the same length and digest (issue 10.14). Without either
         to verify against, no mirror is trusted."""
-        mirrors = [ln.href for ln in res.links if ln.rel == "duplicate"]
+        # In `pri` order: lowest first, those without `pri` last (core §14.2).
+        found = [ln for ln in res.links if ln.rel == "duplicate" and ln.href]
+        found.sort(key=lambda ln: (ln.pri is None, ln.pri or 0))
+        mirrors = [ln.href for ln in found]
         if not mirrors or not (res.hashes and self.run.options.checksum):
             return False
         new = self.run.state.known(uri) is None

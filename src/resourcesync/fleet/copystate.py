@@ -27,7 +27,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..destination.state import Cursor, DestinationState, Known, path_key
+from ..destination.state import (
+    Cursor,
+    DestinationState,
+    Known,
+    links_column,
+    links_of,
+    path_key,
+    resource_row,
+)
+from ..model import Link
 from ..w3cdt import format_w3c, parse_w3c
 
 if TYPE_CHECKING:
@@ -47,6 +56,7 @@ CREATE TABLE IF NOT EXISTS fleet_copy_resource (
   etag TEXT,
   last_modified TEXT,
   set_key TEXT NOT NULL,
+  links TEXT,
   PRIMARY KEY (copy_name, uri)
 );
 CREATE INDEX IF NOT EXISTS fleet_copy_resource_key ON fleet_copy_resource (copy_name, path_key);
@@ -90,6 +100,9 @@ CREATE TABLE IF NOT EXISTS fleet_copy_meta (
 );
 """
 
+#: Columns added after the first schema, for stores created before them: (table, column, type).
+COPY_ADDED = (("fleet_copy_resource", "links", "TEXT"),)
+
 #: Every table holding a copy's state (a removed Source's rows go from each).
 COPY_TABLES = (
     "fleet_copy_resource",
@@ -101,12 +114,12 @@ COPY_TABLES = (
 )
 
 _UPSERT_RESOURCE = (
-    "INSERT INTO fleet_copy_resource (copy_name, uri, path, path_key, length, hashes, lastmod, "
-    "etag, last_modified, set_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "INSERT INTO fleet_copy_resource (copy_name, uri, path, length, hashes, lastmod, "
+    "etag, last_modified, set_key, path_key, links) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (copy_name, uri) DO UPDATE SET path = excluded.path, "
     "path_key = excluded.path_key, length = excluded.length, hashes = excluded.hashes, "
     "lastmod = excluded.lastmod, etag = excluded.etag, "
-    "last_modified = excluded.last_modified, set_key = excluded.set_key"
+    "last_modified = excluded.last_modified, set_key = excluded.set_key, links = excluded.links"
 )
 _UPSERT_CURSOR = (
     "INSERT INTO fleet_copy_cursor (copy_name, set_key, datetime, uri, baseline_at, updated) "
@@ -141,19 +154,9 @@ IMPORTED_SUFFIX = ".imported-to-fleet-db"
 
 
 def _resource_row(name: str, row: Sequence[Any]) -> tuple[Any, ...]:
-    uri, path, length, hashes, lastmod, etag, last_modified, set_key = row
-    return (
-        name,
-        uri,
-        path,
-        path_key(path),
-        length,
-        json.dumps(hashes, sort_keys=True),
-        format_w3c(lastmod) if lastmod else None,
-        etag,
-        last_modified,
-        set_key,
-    )
+    columns = resource_row(row)
+    # resource_row gives the path where SQLite computes its key: here it is computed in Python.
+    return (name, *columns[:8], path_key(columns[8]), columns[9])
 
 
 class StoreCopyState:
@@ -198,14 +201,14 @@ class StoreCopyState:
 
     def known(self, uri: str) -> Known | None:
         rows = self._q(
-            "SELECT uri, path, length, hashes, etag, last_modified FROM fleet_copy_resource "
-            "WHERE copy_name = ? AND uri = ?",
+            "SELECT uri, path, length, hashes, etag, last_modified, links FROM "
+            "fleet_copy_resource WHERE copy_name = ? AND uri = ?",
             (self.name, uri),
         )
         if not rows:
             return None
         r = rows[0]
-        return Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5])
+        return Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]))
 
     def record(
         self,
@@ -217,8 +220,17 @@ class StoreCopyState:
         etag: str | None,
         last_modified: str | None,
         set_key: str,
+        links: Sequence[Link] | None = None,
     ) -> None:
-        self.record_many([(uri, path, length, hashes, lastmod, etag, last_modified, set_key)])
+        self.record_many(
+            [(uri, path, length, hashes, lastmod, etag, last_modified, set_key, links)]
+        )
+
+    def set_links(self, uri: str, links: Sequence[Link] | None) -> None:
+        self._q(
+            "UPDATE fleet_copy_resource SET links = ? WHERE copy_name = ? AND uri = ?",
+            (links_column(links), self.name, uri),
+        )
 
     def record_many(self, rows: list[tuple[Any, ...]]) -> None:
         if not rows:
@@ -264,11 +276,11 @@ class StoreCopyState:
 
     def all_known(self) -> Iterator[Known]:
         for r in self._paged(
-            "SELECT uri, path, length, hashes, etag, last_modified FROM fleet_copy_resource "
-            "WHERE copy_name = ? AND uri > ? ORDER BY uri LIMIT ?",
+            "SELECT uri, path, length, hashes, etag, last_modified, links FROM "
+            "fleet_copy_resource WHERE copy_name = ? AND uri > ? ORDER BY uri LIMIT ?",
             (self.name,),
         ):
-            yield Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5])
+            yield Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]))
 
     def count(self) -> int:
         rows = self._q("SELECT count(*) FROM fleet_copy_resource WHERE copy_name = ?", (self.name,))
@@ -460,10 +472,10 @@ class StoreCopyState:
             with self.transaction():
                 batch: list[tuple[Any, ...]] = []
                 for row in db.execute(
-                    "SELECT uri, path, length, hashes, lastmod, etag, last_modified, set_key "
-                    "FROM resources"
+                    "SELECT uri, path, length, hashes, lastmod, etag, last_modified, set_key, "
+                    "path, links FROM resources"
                 ):
-                    batch.append((self.name, *row[:2], path_key(row[1]), *row[2:]))
+                    batch.append((self.name, *row[:8], path_key(row[8]), row[9]))
                     if len(batch) == _PAGE:
                         self.store._executemany(_UPSERT_RESOURCE, batch)
                         n += len(batch)

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from .copystate import COPY_SCHEMA
+from .copystate import COPY_ADDED, COPY_SCHEMA
 from .registry import FleetError
 from .store import ADDED, SCHEMA, SQLStore
 
@@ -46,6 +46,8 @@ class PostgresStore(SQLStore):
                     self._execute(statement)
             for column, kind in ADDED:
                 self._execute(f"ALTER TABLE fleet_source ADD COLUMN IF NOT EXISTS {column} {kind}")
+            for table, column, kind in COPY_ADDED:
+                self._execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}")
 
     def _connect(self) -> psycopg.Connection[Any]:
         try:

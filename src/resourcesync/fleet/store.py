@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import sqlite as sqlite_habits
-from .copystate import COPY_SCHEMA, COPY_TABLES, StoreCopyState
+from .copystate import COPY_ADDED, COPY_SCHEMA, COPY_TABLES, StoreCopyState
 from .registry import Entry, FleetError
 
 __all__ = ["FleetStore", "Outcome", "Row", "SQLiteStore", "open_store"]
@@ -369,6 +369,9 @@ class SQLiteStore(SQLStore):
         for column, kind in ADDED:
             if column not in have:
                 self._execute(f"ALTER TABLE fleet_source ADD COLUMN {column} {kind}")
+        for table, column, kind in COPY_ADDED:
+            if column not in {r[1] for r in self._execute(f"PRAGMA table_info({table})")}:
+                self._execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         try:
