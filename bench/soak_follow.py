@@ -3,14 +3,16 @@
 Real processes on 127.0.0.1: `resourcesync source --hub` watching a directory that a writer
 changes at random (creates, updates, deletes), `resourcesync hub`, and `resourcesync sync
 --follow --delete` whose callback is reached through a proxy that drops notifications at random
-(answering 200, so the hub believes them delivered). Meanwhile the hub and the follower are
+(answering 200, so the hub believes them delivered) and delivers some twice (at once, or late
+after the next one: out of order). Meanwhile the hub and the follower are
 killed (SIGKILL) and restarted at random. At the end, with everything up again, the copy must
 equal the Source's tree, and every change that was not superseded by a later one must have
 been seen in the copy. Prints the figures: changes, outages, notifications dropped, the
 follower's outage and recovery events, median and 99th percentile latency from the file write
 to the copy having it.
 
-Usage: python bench/soak_follow.py [--duration 120] [--seed N] [--json FILE]
+Usage: python bench/soak_follow.py [--duration 120] [--seed N] [--drop 0.2] [--duplicate 0.1]
+                                   [--json FILE]
 Exit 0 when the copy converged and no change was lost, 1 otherwise.
 """
 
@@ -63,9 +65,13 @@ def log(line: str) -> None:
 
 class Proxy:
     """Between the hub and the follower's callback server: verifications pass; each
-    notification is dropped with probability `drop` (answered 200, never forwarded)."""
+    notification is dropped with probability `drop` (answered 200, never forwarded), and one
+    forwarded is delivered again with probability `duplicate` — at once, or after the next
+    notification (late and out of order)."""
 
-    def __init__(self, port: int, target_port: int, drop: float, rng: random.Random) -> None:
+    def __init__(
+        self, port: int, target_port: int, drop: float, rng: random.Random, duplicate: float = 0.0
+    ) -> None:
         import httpx
         import uvicorn
         from starlette.applications import Starlette
@@ -73,8 +79,16 @@ class Proxy:
         from starlette.responses import Response
         from starlette.routing import Route
 
-        self.dropped = self.forwarded = 0
+        self.dropped = self.forwarded = self.duplicated = 0
         target = f"http://127.0.0.1:{target_port}"
+        #: A notification held back, to be delivered again after the next one.
+        late: list[tuple[str, bytes, dict[str, str]]] = []
+
+        async def send(method: str, path: str, params: Any, body: bytes, headers: Any) -> Any:
+            async with httpx.AsyncClient(timeout=10) as client:
+                return await client.request(
+                    method, target + path, params=params, content=body, headers=headers
+                )
 
         async def relay(request: Request) -> Response:
             body = await request.body()
@@ -86,19 +100,23 @@ class Proxy:
                 for k, v in request.headers.items()
                 if k in ("content-type", "link", "x-hub-signature")
             }
+            path, params = request.url.path, request.query_params
             try:
-                async with httpx.AsyncClient(timeout=10) as client:
-                    r = await client.request(
-                        request.method,
-                        target + request.url.path,
-                        params=request.query_params,
-                        content=body,
-                        headers=headers,
-                    )
+                r = await send(request.method, path, params, body, headers)
+                if request.method == "POST":
+                    self.forwarded += 1
+                    for old in late:
+                        await send("POST", old[0], {}, old[1], old[2])
+                        self.duplicated += 1
+                    late.clear()
+                    if rng.random() < duplicate:
+                        if rng.random() < 0.5:
+                            await send("POST", path, params, body, headers)
+                            self.duplicated += 1
+                        else:
+                            late.append((path, body, headers))
             except httpx.HTTPError:
                 return Response("follower down", 502)
-            if request.method == "POST":
-                self.forwarded += 1
             return Response(r.content, r.status_code)
 
         app = Starlette(routes=[Route("/{path:path}", relay, methods=["GET", "POST"])])
@@ -215,7 +233,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
-def soak(duration: float, seed: int, drop: float) -> dict[str, Any]:
+def soak(duration: float, seed: int, drop: float, duplicate: float = 0.1) -> dict[str, Any]:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="soak-follow-"))
     data, dest = work / "data", work / "copy"
@@ -252,7 +270,7 @@ def soak(duration: float, seed: int, drop: float) -> dict[str, Any]:
         ],
         work / "follower.log",
     )  # fmt: skip
-    proxy = Proxy(proxy_port, cb_port, drop, rng)
+    proxy = Proxy(proxy_port, cb_port, drop, rng, duplicate)
     writer = Writer(data, dest, rng)
     kills = {"hub": 0, "follower": 0}
     follower_runs: list[list[str]] = []
@@ -264,7 +282,10 @@ def soak(duration: float, seed: int, drop: float) -> dict[str, Any]:
         wait_http(site + ".well-known/resourcesync")
         follower.start()
         threading.Thread(target=writer.run, daemon=True).start()
-        log(f"soak: {duration:.0f}s of changes and outages (seed {seed}, drop {drop:.0%})")
+        log(
+            f"soak: {duration:.0f}s of changes and outages (seed {seed}, drop {drop:.0%}, "
+            f"duplicate {duplicate:.0%})"
+        )
         started = time.monotonic()
         next_chaos = started + rng.uniform(1, 4)
         restart: dict[str, float] = {}
@@ -328,6 +349,7 @@ def soak(duration: float, seed: int, drop: float) -> dict[str, Any]:
             "hub_kills": kills["hub"],
             "follower_kills": kills["follower"],
             "notifications_dropped": proxy.dropped,
+            "notifications_duplicated": proxy.duplicated,
             "notifications_forwarded": proxy.forwarded,
             "follower_events": events,
             "median_ms": statistics.median(lat) * 1000 if lat else None,
@@ -355,9 +377,15 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(4), "big"))
     ap.add_argument("--drop", type=float, default=0.2, help="share of notifications dropped")
+    ap.add_argument(
+        "--duplicate",
+        type=float,
+        default=0.1,
+        help="share of notifications delivered twice (at once, or late after the next one)",
+    )
     ap.add_argument("--json", type=Path, help="write the figures here too")
     args = ap.parse_args()
-    r = soak(args.duration, args.seed, args.drop)
+    r = soak(args.duration, args.seed, args.drop, args.duplicate)
     print(json.dumps(r, indent=2))
     if args.json:
         args.json.write_text(json.dumps(r, indent=2))

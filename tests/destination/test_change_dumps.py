@@ -158,12 +158,10 @@ def test_via_dumps_refuses_a_package_altered_on_the_way(tmp_path: Path) -> None:
         assert code == 0 and set_report(summary)["fetched"] == 2
 
 
-def test_packages_that_do_not_reach_back_to_the_cursor_leave_it_to_the_lists(
-    tmp_path: Path,
-) -> None:
+def test_a_change_no_package_holds_is_fetched_on_its_own(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     with published_source(tmp_path, FILES, capabilities=CAPS) as src:
-        assert cli("sync", src.root, dest).exit_code == 0
+        assert cli("sync", src.root, dest, "--delete").exit_code == 0
         _edit(src, src.data)
         src.publish()
         (src.data / "a.txt").write_bytes(b"alpha 3")
@@ -174,13 +172,55 @@ def test_packages_that_do_not_reach_back_to_the_cursor_leave_it_to_the_lists(
         first = re.findall(r"<url>.*?</url>", text, flags=re.S)[0]
         dump.write_text(text.replace(first, ""))
         src.recorder.reset()
-        code, summary = cli_json("sync", src.root, dest)
+        code, summary = cli_json("sync", src.root, dest, "--delete")
         s = set_report(summary)
         assert code == 0, summary
-        assert s["via"] == "lists"
-        assert any("Change Dump not used" in p["message"] for p in s["problems"]), s
-        assert src.resource_gets() == {"/a.txt": 1, "/d.txt": 1}
-        assert tree(dest)["a.txt"] == b"alpha 3"
+        assert s["via"] == "dumps"
+        # a.txt's final state is in the second package; d.txt's creation was in the first.
+        assert src.resource_gets() == {"/d.txt": 1}
+        assert tree(dest) == {"a.txt": b"alpha 3", "k/c.txt": b"gamma", "d.txt": b"delta"}
+
+
+def test_a_package_that_disagrees_with_the_change_list_is_not_taken(tmp_path: Path) -> None:
+    """A Source whose Change Dump and Change List disagree (a package made while the file
+    changed again): the copy holds what the Change List says, never the package's version."""
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES, capabilities=CAPS) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        _edit(src, src.data)
+        src.publish()
+        # The package and its manifest rewritten consistently (and the Change Dump's digest
+        # of the package too), but with other bytes for a.txt than the Change List lists.
+        (package,) = _packages(src.out)
+        with zipfile.ZipFile(package) as zf:
+            members = {info.filename: zf.read(info) for info in zf.infolist()}
+        name = next(n for n in members if n.endswith("a.txt"))
+        members[name] = b"alpha X"
+        other = hashlib.md5(b"alpha X").hexdigest()
+        members["manifest.xml"] = re.sub(
+            rb"(<loc>[^<]*a\.txt</loc>\s*(?:<lastmod>[^<]*</lastmod>\s*)?<rs:md[^>]*?)"
+            rb'hash="md5:[0-9a-f]+"',
+            rb'\1hash="md5:' + other.encode() + b'"',
+            members["manifest.xml"],
+        )
+        assert other.encode() in members["manifest.xml"]
+        with zipfile.ZipFile(package, "w") as zf:
+            for n, body in members.items():
+                zf.writestr(n, body)
+        body = package.read_bytes()
+        dump = next(src.out.rglob("changedump.xml"))
+        dump.write_text(
+            re.sub(
+                r'hash="md5:[0-9a-f]+" length="\d+"',
+                f'hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}"',
+                dump.read_text(),
+            )
+        )
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest)
+        assert code == 0, summary
+        assert src.resource_gets() == {"/a.txt": 1}  # d.txt came in the package
+        assert tree(dest)["a.txt"] == b"alpha 2"
 
 
 def test_via_lists_never_reads_the_change_dump(tmp_path: Path) -> None:
@@ -194,3 +234,24 @@ def test_via_lists_never_reads_the_change_dump(tmp_path: Path) -> None:
         assert code == 0 and set_report(summary)["via"] == "lists"
         assert not [h for h in src.recorder.gets() if "changedump" in h.path]
         assert src.resource_gets() == {"/a.txt": 1, "/d.txt": 1}
+
+
+def test_a_source_with_a_change_dump_and_no_change_list(tmp_path: Path) -> None:
+    """Without a Change List the Change Dump's manifests are all the Source says of its
+    changes: the increment is planned from them (final state per URI) and taken from the
+    packages."""
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES, capabilities=("resourcelist", "changedump")) as src:
+        assert cli("sync", src.root, dest, "--delete").exit_code == 0
+        _edit(src, src.data)
+        src.publish()
+        (src.data / "a.txt").write_bytes(b"alpha 3")
+        src.publish()
+        assert not list(src.out.rglob("changelist*.xml"))
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest, "--delete")
+        s = set_report(summary)
+        assert code == 0, summary
+        assert (s["mode"], s["via"]) == ("incremental", "dumps")
+        assert src.resource_gets() == {}
+        assert tree(dest) == {"a.txt": b"alpha 3", "k/c.txt": b"gamma", "d.txt": b"delta"}

@@ -421,8 +421,9 @@ def test_a_hostile_dump_package_extracts_only_what_is_safe(tmp_path: Path) -> No
             [entry(b, "/dump/part1.zip", package)],
             at="2024-01-01T00:00:00Z",
         )
+        # The Resource List lists them all: the dump is where their bytes would come from.
         src.publish(
-            [entry(b, "/good.txt", good), entry(b, "/dir/other.txt", other)],
+            [{k: v for k, v in e.items() if k != "path"} for e in manifest_entries],
             extra_caps=[{"loc": b + "/resourcedump.xml", "capability": "resourcedump"}],
         )
         before = snapshot(parent)

@@ -136,8 +136,10 @@ def test_an_endless_dump_package_is_abandoned_at_its_declared_length(tmp_path: P
             [{"loc": b + "/dump/part1.zip", "length": 4096}],
             at="2024-01-01T00:00:00Z",
         )
+        # A resource to take from the dump (the package is downloaded only when it may hold
+        # something the lists ask for).
         src.publish(
-            [],
+            [entry(b, "/a.txt", b"a")],
             extra_caps=[{"loc": b + "/resourcedump.xml", "capability": "resourcedump"}],
         )
         result = cli("sync", b + "/", dest, "--via", "dumps", *FAST)

@@ -1,12 +1,14 @@
-"""Dumps: baselines from Resource Dumps, increments from Change Dumps. Each package is
-downloaded, checked against the dump's length and digest, and what its manifest lists is
-extracted through the mirror. A member that cannot be used is fetched on its own instead.
+"""Dumps: the bytes of a baseline from the Resource Dump's packages, of an increment from the
+Change Dump's. Each package is downloaded and checked against the dump's length and digest.
 
-An increment from Change Dumps (`changes_from_dumps`) plans exactly as one from Change Lists —
-the manifests' entries are changes, the final state per URI wins — and takes the bytes of each
-URI whose final state a package holds from that package; the changes after the last package
-come from the Change Lists. The packages must reach back to the copy's cursor without a gap;
-when they do not, the Change Lists are used instead.
+The lists say what the copy must hold; the packages only carry bytes. With a Resource List (a
+baseline) or a Change List (an increment), the run is planned from the lists as without dumps,
+and each planned fetch that a package holds — the same URI, described alike by the package's
+manifest and by the list — is extracted from the package and verified against what the LIST
+says; everything else is fetched on its own. A Source whose dump and lists disagree (a package
+made while files changed, a dump that lags) so never puts in the copy what its lists do not
+describe. Only a set without lists is planned from the dumps' manifests (`baseline_from_dumps`,
+`changes_from_dumps`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 from ..errors import ReadError, ResourceSyncError
 from ..hashing import ALGORITHMS, MultiHasher
 from ..http import aiter_body, make_async_client, open_stream_async
-from ..model import Resource
+from ..model import Change, Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..w3cdt import format_w3c
@@ -39,16 +41,19 @@ from .state import Cursor
 #: The largest manifest read from a package (after decompression): about 1,000,000 entries.
 MAX_MANIFEST = 512 * 1024**2
 
-__all__ = ["baseline_from_dumps", "changes_from_dumps"]
+__all__ = [
+    "baseline_from_dumps",
+    "change_packages",
+    "changes_from_dumps",
+    "fill_from_dumps",
+    "resource_packages",
+]
 
 
-def baseline_from_dumps(
-    run: Run, planner: Planner, s: SetInfo, key: str, plan: Plan, report: SetReport
-) -> datetime | None:
-    """Apply the Resource Dump's packages; returns the dump's `at`."""
+def resource_packages(run: Run, s: SetInfo) -> tuple[list[Resource], datetime | None]:
+    """The Resource Dump's packages (through its index) and its `at`."""
     url = s.url("resourcedump")
     assert url is not None
-    report.via = "dumps"
     # A Resource Dump Index names Resource Dumps, whose entries are the packages (issue
     # 10.8): the index is followed, never its parts downloaded as if they were packages.
     packages: list[Resource] = []
@@ -61,14 +66,118 @@ def baseline_from_dumps(
         for _, entry in visit.entries():
             if not doc.index:
                 packages.append(entry)
+    return packages, at
+
+
+def fill_from_dumps(
+    run: Run, plan: Plan, key: str, report: SetReport, packages: list[Resource], *, strict: bool
+) -> None:
+    """Take from `packages` the planned fetches they hold as the plan describes them (see the
+    module's doc). A package that cannot be used stops the run when `strict` (`--via dumps`),
+    else is reported and its resources fetched on their own."""
+    plan.flush()
+    work = Path(tempfile.mkdtemp(prefix="dump-", dir=run.mirror.state_dir))
+    try:
+        for n, package in enumerate(packages):
+            if plan.count("fetch") == 0:
+                return
+            try:
+                _fill_one(run, plan, key, report, package, work / f"package-{n:06d}.zip")
+            except ResourceSyncError as exc:
+                if strict:
+                    raise
+                report.problem(
+                    package.loc, f"dump not usable ({exc}); its resources fetched on their own"
+                )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _fill_one(
+    run: Run, plan: Plan, key: str, report: SetReport, package: Resource, zpath: Path
+) -> None:
+    manifest = _contents(run, package)
+    if manifest is not None and not _wanted(plan, manifest):
+        return  # its manifest, read on its own, says it holds nothing planned
+    asyncio.run(_download(run, package, zpath))
+    try:
+        wanted = _wanted(plan, _manifest(zpath, package, report))
+        for res, outcome in run.mirror.extract(zpath, wanted):
+            if isinstance(outcome, ResourceSyncError):
+                # Fetched on its own instead: the plan still says fetch.
+                report.problem(res.loc, f"not taken from the package: {outcome.message}")
+                continue
+            report.via = "dumps"
+            _taken(run, res, outcome, key, report)
+            plan.keep(res.loc)
+    finally:
+        zpath.unlink(missing_ok=True)
+
+
+def _contents(run: Run, package: Resource) -> list[Resource] | None:
+    """The package's manifest from its `rel="contents"` link, to decide whether the package is
+    worth downloading; None when there is none or it cannot be read."""
+    link = package.link("contents")
+    if link is None:
+        return None
+    try:
+        with open_document(link.href, client=run.client, max_bytes=MAX_MANIFEST) as reader:
+            return list(reader)
+    except ResourceSyncError:
+        return None
+
+
+def _wanted(plan: Plan, manifest: list[Resource]) -> list[Resource]:
+    """The manifest's members that are planned fetches described alike by the plan, each as
+    the PLAN describes it (what the extraction verifies), with the member's path."""
+    last: dict[str, Resource] = {}
+    for entry in manifest:
+        if entry.path is None or entry.change == Change.DELETED:
+            continue
+        planned = plan.planned(entry.loc, "fetch")
+        if planned is not None and _alike(planned, entry):
+            planned.path = entry.path
+            last[entry.loc] = planned
+    return list(last.values())
+
+
+def _alike(planned: Resource, member: Resource) -> bool:
+    """Whether a manifest's member is the bytes the plan wants: the same digest (every
+    algorithm both give) and length; without a digest in the plan, the same length and time."""
+    if planned.length is not None and member.length is not None and planned.length != member.length:
+        return False
+    common = [a for a in planned.hashes if a in member.hashes]
+    if planned.hashes:
+        return bool(common) and all(planned.hashes[a] == member.hashes[a] for a in common)
+    return (
+        planned.length is not None
+        and member.length == planned.length
+        and planned.change_time is not None
+        and planned.change_time == member.change_time
+    )
+
+
+def change_packages(run: Run, s: SetInfo, after: datetime) -> list[Resource]:
+    """The Change Dump's packages that may hold changes after `after` (the Change Dump
+    Archive's too when the live Change Dump does not reach back), earliest first."""
+    url = s.url("changedump")
+    assert url is not None
+    return _change_dump_packages(run.client, url, s, after)
+
+
+def baseline_from_dumps(
+    run: Run, planner: Planner, s: SetInfo, key: str, plan: Plan, report: SetReport
+) -> datetime | None:
+    """A set with a Resource Dump and no Resource List: apply the dump's packages as their
+    manifests list; returns the dump's `at`."""
+    report.via = "dumps"
+    packages, at = resource_packages(run, s)
     work = Path(tempfile.mkdtemp(prefix="dump-", dir=run.mirror.state_dir))
     try:
         for package in packages:
             _apply_package(run, package, key, plan, report, work)
     finally:
-        for p in work.glob("*"):
-            p.unlink(missing_ok=True)
-        work.rmdir()
+        shutil.rmtree(work, ignore_errors=True)
     planner.extras(key, plan)
     return at
 
@@ -140,12 +249,9 @@ def _manifest(zpath: Path, package: Resource, report: SetReport | None) -> list[
         raise ReadError(f"not a readable ZIP package: {exc}", source=package.loc) from None
 
 
-def packages_covering(
-    client: Any, url: str, s: SetInfo, after: datetime
-) -> tuple[list[Resource], str | None]:
-    """The Change Dump packages (in order) holding every change after `after`, the Change
-    Dump Archive included; ([], why) when they do not reach back to `after` or leave a gap
-    between two packages (the Change Lists are used then)."""
+def _change_dump_packages(client: Any, url: str, s: SetInfo, after: datetime) -> list[Resource]:
+    """The Change Dump's packages that may hold changes after `after`, earliest first; the
+    Change Dump Archive is read when the live Change Dump does not reach back."""
     packages: dict[str, Resource] = {}
     archive: Any = None
 
@@ -172,42 +278,44 @@ def packages_covering(
                     ):
                         collect(dump.loc)
     chosen = [p for p in packages.values() if p.until is None or p.until >= after]
-    if not chosen:
-        return [], None
     chosen.sort(key=lambda p: (p.from_ is None, p.from_ or after))
-    first = chosen[0].from_
+    return chosen
+
+
+def _gap(packages: list[Resource], after: datetime) -> str | None:
+    """Why `packages` do not hold every change after `after`, if they do not."""
+    if not packages:
+        return None
+    first = packages[0].from_
     if first is None or first > after:
         start = format_w3c(first) if first else "an unknown time"
-        return [], f"its packages start at {start}, after this copy's {format_w3c(after)}"
-    for one, two in itertools.pairwise(chosen):
+        return (
+            f"the Change Dump's packages start at {start}; this copy is at {format_w3c(after)}: "
+            "the changes between are not listed (run with --baseline)"
+        )
+    for one, two in itertools.pairwise(packages):
         if one.until is not None and two.from_ is not None and one.until < two.from_:
-            return [], f"{one.loc} ends at {format_w3c(one.until)}, the next package starts later"
-    return chosen, None
+            return (
+                f"the package {one.loc} ends at {format_w3c(one.until)} but the next one starts "
+                f"at {format_w3c(two.from_)}: the changes between are not listed "
+                "(run with --baseline)"
+            )
+    return None
 
 
 def changes_from_dumps(
     run: Run, planner: Planner, s: SetInfo, key: str, plan: Plan, report: SetReport, cursor: Cursor
-) -> Cursor | None:
-    """Plan the changes after `cursor` from the Change Dump's packages (then the Change Lists
-    after them) and extract from the packages the URIs whose final state they hold; returns
-    the new cursor, or None when the packages do not cover the time since `cursor` (nothing
-    done: the caller plans from the Change Lists)."""
+) -> Cursor:
+    """A set with a Change Dump and no Change List: plan the changes after `cursor` from the
+    packages' manifests (the final state per URI wins) and extract from the packages the URIs
+    whose final state they hold; returns the new cursor. Packages that do not reach back to
+    the cursor are a gap (nothing done)."""
     url = s.url("changedump")
     assert url is not None
-    packages, why = packages_covering(run.client, url, s, cursor.datetime)
-    if not packages:
-        if why is not None:
-            report.problem(url, f"Change Dump not used ({why}); Change Lists used")
-        return None
-    ends = [p.until for p in packages]
-    end = None if None in ends else max(e for e in ends if e is not None)
-    tail: list[str] = []
-    cl = s.url("changelist")
-    if end is not None and cl is not None:
-        lists = planner.covering_lists(cl, s, Cursor(end), report)
-        if lists is None:
-            return cursor
-        tail = lists
+    packages = _change_dump_packages(run.client, url, s, cursor.datetime)
+    report.gap = _gap(packages, cursor.datetime)
+    if report.gap is not None:
+        return cursor
     report.via = "dumps"
     db = plan.db
     db.execute(
@@ -229,14 +337,7 @@ def changes_from_dumps(
                     )
                     yield entry
 
-        def later() -> Iterator[Resource]:
-            # The Change Lists after the last package: what they list before it is in the
-            # packages already.
-            for entry in planner.entries(tail, report):
-                if entry.datetime is None or end is None or entry.datetime >= end:
-                    yield entry
-
-        new_cursor = planner.changes(itertools.chain(dumped(), later()), plan, report, cursor)
+        new_cursor = planner.changes(dumped(), plan, report, cursor)
         _extract_planned(run, plan, key, report, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

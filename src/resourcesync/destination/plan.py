@@ -124,6 +124,16 @@ class Plan:
         q = "SELECT COUNT(*) FROM plan WHERE action = ?"
         return int(self.db.execute(q, (action,)).fetchone()[0])
 
+    def planned(self, uri: str, action: str) -> Resource | None:
+        """What is planned for `uri`, when it is `action`."""
+        self.flush()
+        row = self.db.execute(
+            "SELECT uri, length, hashes, lastmod, datetime, links FROM plan "
+            "WHERE uri = ? AND action = ?",
+            (uri, action),
+        ).fetchone()
+        return None if row is None else _resource(*row)
+
     def rows(self, action: str) -> Iterator[tuple[str, Resource]]:
         self.flush()
         last = 0
@@ -137,15 +147,26 @@ class Plan:
                 return
             for seq, uri, length, hashes, lastmod, when, links in batch:
                 last = seq
-                res = Resource(
-                    loc=uri,
-                    length=length,
-                    hashes=json.loads(hashes) if hashes else {},
-                    lastmod=parse_w3c(lastmod) if lastmod else None,
-                    datetime=parse_w3c(when) if when else None,
-                    links=[link_from_json(d) for d in json.loads(links)] if links else [],
-                )
-                yield uri, res
+                yield uri, _resource(uri, length, hashes, lastmod, when, links)
+
+
+def _resource(
+    uri: str,
+    length: int | None,
+    hashes: str | None,
+    lastmod: str | None,
+    when: str | None,
+    links: str | None,
+) -> Resource:
+    """A plan row as the entry it was planned from."""
+    return Resource(
+        loc=uri,
+        length=length,
+        hashes=json.loads(hashes) if hashes else {},
+        lastmod=parse_w3c(lastmod) if lastmod else None,
+        datetime=parse_w3c(when) if when else None,
+        links=[link_from_json(d) for d in json.loads(links)] if links else [],
+    )
 
 
 def expect(capability: str | None, wanted: str, url: str) -> None:

@@ -32,7 +32,13 @@ from ..model import Resource
 from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
 from .discover import SetInfo, SourceInfo, discover
-from .dumps import baseline_from_dumps, changes_from_dumps
+from .dumps import (
+    baseline_from_dumps,
+    change_packages,
+    changes_from_dumps,
+    fill_from_dumps,
+    resource_packages,
+)
 from .lock import CopyLock
 from .mirror import Mapping, Mirror
 from .options import Progress, Run, SyncOptions, scoped
@@ -139,6 +145,8 @@ class _Syncer:
             new_cursor = self._plan_increment(s, key, plan, report, cursor)
             if report.gap is not None:
                 return report
+        since = baseline_at if cursor is None else cursor.datetime
+        self._fill_from_dumps(s, plan, key, report, since)
         self._carry_out(plan, key, report, new_cursor, baseline_at)
         return report
 
@@ -146,45 +154,46 @@ class _Syncer:
         self, s: SetInfo, key: str, plan: Plan, report: SetReport
     ) -> datetime | None:
         via = self.options.via
-        if via in ("dumps", "auto") and s.url("resourcedump") and not self.options.dry_run:
-            try:
-                return baseline_from_dumps(self.run, self.planner, s, key, plan, report)
-            except ResourceSyncError as exc:
-                if via == "dumps":
-                    raise
-                report.problem(s.url("resourcedump") or "", f"dump not usable ({exc}); lists used")
-                report.via = "lists"
-        elif via == "dumps":
+        if via == "dumps" and not s.url("resourcedump"):
             raise ReadError("the Source offers no Resource Dump", source=s.capabilitylist)
+        if s.url("resourcelist") is None and self._dumps_allowed() and s.url("resourcedump"):
+            # No Resource List: the dump's manifests are all the Source says.
+            return baseline_from_dumps(self.run, self.planner, s, key, plan, report)
         return self.planner.baseline(s, key, plan, report)
 
     def _plan_increment(
         self, s: SetInfo, key: str, plan: Plan, report: SetReport, cursor: Cursor
     ) -> Cursor:
-        """From the Change Dump's packages when the Source offers them and `--via` allows (the
-        URIs whose final state a package holds are extracted from it here), else from the
-        Change Lists."""
-        via = self.options.via
-        if via in ("dumps", "auto") and s.url("changedump") and not self.options.dry_run:
-            counted = (report.changes, report.unchanged, report.refused)
-            try:
-                from_dumps = changes_from_dumps(
-                    self.run, self.planner, s, key, plan, report, cursor
-                )
-            except ResourceSyncError as exc:
-                if via == "dumps":
-                    raise
-                report.problem(s.url("changedump") or "", f"dump not usable ({exc}); lists used")
-                report.via = "lists"
-                # Planned again from the lists: counted once. (What a package already put in
-                # place is recorded, and the lists' plan finds it unchanged.)
-                report.changes, report.unchanged, report.refused = counted
-                plan.reset()
-                self._seed(plan, key)
-            else:
-                if from_dumps is not None:
-                    return from_dumps
+        if s.url("changelist") is None and self._dumps_allowed() and s.url("changedump"):
+            # No Change List: the Change Dump's manifests are all the Source says.
+            return changes_from_dumps(self.run, self.planner, s, key, plan, report, cursor)
         return self.planner.incremental(s, key, plan, report, cursor)
+
+    def _dumps_allowed(self) -> bool:
+        return self.options.via in ("dumps", "auto") and not self.options.dry_run
+
+    def _fill_from_dumps(
+        self, s: SetInfo, plan: Plan, key: str, report: SetReport, since: datetime | None
+    ) -> None:
+        """Take the planned fetches that the Source's dump packages hold — as the lists
+        describe them — from the packages (see `dumps.py`); the rest are fetched on their own."""
+        if not self._dumps_allowed() or report.via == "dumps":
+            return  # (planned from the dumps themselves: already extracted)
+        strict = self.options.via == "dumps"
+        packages: list[Resource] = []
+        try:
+            if report.mode == "baseline" and s.url("resourcedump"):
+                packages += resource_packages(self.run, s)[0]
+            if s.url("changedump") and since is not None:
+                packages += change_packages(self.run, s, since)
+        except ResourceSyncError as exc:
+            if strict:
+                raise
+            where = s.url("changedump") or s.url("resourcedump") or ""
+            report.problem(where, f"dump not usable ({exc}); resources fetched on their own")
+            return
+        if packages:
+            fill_from_dumps(self.run, plan, key, report, packages, strict=strict)
 
     def _carry_out(
         self,

@@ -1,0 +1,32 @@
+"""The Destination's property test (issue 10, "Done when"): a seeded random walk over a Source's
+life with a Destination syncing at random moments — while files change under the documents,
+after publishes killed mid-run, itself killed mid-sync — where no sync says ok over a copy that
+differs from what the Source's documents say, `audit` agrees with the truth after every sync,
+and the copy converges once the Source settles. A long run: `bench/bench_destination_walk.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.destination.walk import destination_walk
+
+STEPS = 150
+
+
+def test_a_destination_syncing_at_random_never_says_ok_over_a_wrong_copy(tmp_path: Path) -> None:
+    with destination_walk(tmp_path, seed=10) as w:
+        for _ in range(STEPS):
+            op = w.step()
+            w.counts[op] += 1
+        # A few more syncs, so that every kind of outcome was seen whatever the machine.
+        for _ in range(30):
+            if w.counts["sync-killed"] >= 3 and w.counts["sync-not-ok"] >= 1:
+                break
+            w.file_op()
+            w.settled = False
+            w.sync()
+        w.settle()
+    assert w.counts["sync-killed"] >= 3, w.counts
+    assert w.counts["sync-ok"] >= 5 and w.counts["sync-converged"] >= 1, w.counts
+    assert w.counts["publish-killed"] >= 3 and w.counts["publish-while-changing"] >= 3, w.counts
