@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_MIN_RATE",
     "USER_AGENT",
     "AsyncClient",
+    "Bandwidth",
     "BodyRefused",
     "Client",
     "HttpOptions",
@@ -531,13 +532,40 @@ def _failed(exc: httpx.TransportError, url: str) -> FetchError:
     return FetchError(f"request failed: {reason}", source=url)
 
 
+class Bandwidth:
+    """A byte budget per second shared by the transfers of one run (rclone's `--bwlimit`):
+    each chunk received reserves its share of time, and the next one waits for its turn —
+    the server is held back by TCP's own flow control meanwhile."""
+
+    def __init__(self, rate: int) -> None:
+        if rate <= 0:
+            raise ValueError("a bandwidth limit must be positive")
+        self.rate = rate
+        self._next = 0.0
+
+    async def take(self, size: int) -> None:
+        now = time.monotonic()
+        start = max(now, self._next)
+        self._next = start + size / self.rate
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
 async def aiter_body(
-    response: httpx.Response, url: str, chunk_size: int = 1 << 18
+    response: httpx.Response,
+    url: str,
+    chunk_size: int = 1 << 18,
+    bandwidth: Bandwidth | None = None,
 ) -> AsyncIterator[bytes]:
     """The body in chunks, asynchronously; a failure half way is a FetchError naming the URL
-    (a body past its limits too: see `limit_body`)."""
+    (a body past its limits too: see `limit_body`). With `bandwidth`, chunks come no faster
+    than its budget."""
+    if bandwidth is not None:
+        chunk_size = max(1024, min(chunk_size, bandwidth.rate // 4))
     try:
         async for chunk in response.aiter_bytes(chunk_size):
+            if bandwidth is not None:
+                await bandwidth.take(len(chunk))
             yield chunk
     except BodyRefused as exc:
         raise _refused(exc, url) from None

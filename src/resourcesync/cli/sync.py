@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,13 +16,14 @@ from ._common import (
     EXIT_FINDINGS,
     EXIT_OK,
     emit_json,
+    fail,
     handle_errors,
     show_progress,
     stderr_console,
 )
 
 if TYPE_CHECKING:
-    from ..destination.report import Action
+    from ..destination.report import Action, SetReport
     from ..destination.sync import SyncOptions, SyncReport
 
 # The engine (httpx, asyncio, SQLite) is imported when a command runs, not when the command
@@ -65,9 +67,43 @@ class _Size(click.ParamType[int]):
         return n
 
 
+class _Datetime(click.ParamType[datetime]):
+    """A W3C datetime (`2026-11-01`, `2026-11-01T12:00:00Z`); without a zone, UTC."""
+
+    name = "DATETIME"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        from ..w3cdt import parse_w3c
+
+        try:
+            when = parse_w3c(value)
+        except ValueError as exc:
+            self.fail(f"{value!r} is not a W3C datetime ({exc})", param, ctx)
+        return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+_DATETIME = _Datetime()
+
+
 def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--set", "set_", metavar="NAME|URL", help="Only this resource set."),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="PATTERN",
+            help="Only resources whose path under DEST matches (fnmatch, `*` across `/`; "
+            "repeatable).",
+        ),
+        click.option(
+            "--exclude",
+            multiple=True,
+            metavar="PATTERN",
+            help="Leave out resources whose path under DEST matches: neither fetched, deleted "
+            "nor audited (repeatable).",
+        ),
         click.option(
             "--map",
             "maps",
@@ -200,13 +236,18 @@ def _options(**o: Any) -> SyncOptions:
         preserve_times=o.get("times", True),
         max_delete=o.get("max_delete"),
         host_failures=o.get("max_host_failures", 5),
+        include=tuple(o.get("include") or ()),
+        exclude=tuple(o.get("exclude") or ()),
+        since=o.get("since"),
+        backup_dir=o.get("backup_dir"),
+        bwlimit=o.get("bwlimit"),
     )
 
 
 _SIGNS = {"created": "+", "updated": "*", "deleted": "-", "pending": "?"}
 
 
-def _print_action(action: Action, *, dry_run: bool) -> None:
+def _action_line(action: Action, *, dry_run: bool) -> str:
     """One line per change to the copy: `+ created URI → PATH`, `* updated …`, `- deleted URI`,
     `? pending URI` (a deletion kept for --delete); `would …` in a dry run."""
     from ..iri import display_iri
@@ -217,26 +258,65 @@ def _print_action(action: Action, *, dry_run: bool) -> None:
     line = f"{_SIGNS.get(action.kind, ' ')} {verb} {display_iri(action.uri)}"
     if action.path is not None and action.kind in ("created", "updated"):
         line += f" → {action.path}"
-    click.echo(line)
+    return line
+
+
+class _LogFile:
+    """`--log-file`: every change, problem and summary of the run, one timestamped line each,
+    appended (the terminal's -v/-q do not change what goes there)."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            self.file = path.open("a", encoding="utf-8", buffering=1)
+        except OSError as exc:
+            fail(f"{path}: cannot open the log file: {exc.strerror or exc}")
+
+    def write(self, line: str) -> None:
+        from ..w3cdt import format_w3c
+
+        stamp = format_w3c(datetime.now(UTC).replace(microsecond=0))
+        self.file.write(f"{stamp} {line}\n")
+
+    def report(self, report: SyncReport) -> None:
+        from ..iri import display_iri
+
+        for s in report.sets:
+            self.write(_set_line(s, report.dry_run))
+            for what in (s.gap and f"gap: {s.gap}", s.incomplete):
+                if what:
+                    self.write(f"{s.name}: {what}")
+            for p in s.problems:
+                self.write(f"! {display_iri(p.uri)}: {p.message}")
+        self.write(f"{'ok' if report.ok else 'NOT OK'} in {report.seconds:.2f} s")
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _set_line(s: SetReport, dry_run: bool) -> str:
+    verb = "would fetch" if dry_run else "fetched"
+    line = (
+        f"{s.name}: {s.mode} via {s.via}: {verb} {s.planned if dry_run else s.fetched}"
+        f", {s.not_modified} not modified, {s.unchanged} unchanged, {s.deleted} deleted"
+    )
+    if s.mode == "incremental":
+        line += f" ({s.changes} changes)"
+    if s.pending_deletes:
+        line += f", {s.pending_deletes} deletions pending (use --delete)"
+    if s.failed:
+        line += f", {s.failed} FAILED"
+    if s.refused:
+        line += f", {s.refused} refused"
+    if s.excluded:
+        line += f", {s.excluded} excluded"
+    return line
 
 
 def _summary(report: SyncReport, *, quiet: bool = False) -> None:
     from ..iri import display_iri
 
     for s in report.sets:
-        verb = "would fetch" if report.dry_run else "fetched"
-        line = (
-            f"{s.name}: {s.mode} via {s.via}: {verb} {s.planned if report.dry_run else s.fetched}"
-            f", {s.not_modified} not modified, {s.unchanged} unchanged, {s.deleted} deleted"
-        )
-        if s.mode == "incremental":
-            line += f" ({s.changes} changes)"
-        if s.pending_deletes:
-            line += f", {s.pending_deletes} deletions pending (use --delete)"
-        if s.failed:
-            line += f", {s.failed} FAILED"
-        if s.refused:
-            line += f", {s.refused} refused"
+        line = _set_line(s, report.dry_run)
         if not quiet:
             click.echo(line, err=True)
         if s.gap:
@@ -329,6 +409,30 @@ def _summary(report: SyncReport, *, quiet: bool = False) -> None:
     help="With --follow: how long to wait for the hub to verify a subscription before "
     "asking again.",
 )
+@click.option(
+    "--from",
+    "since",
+    type=_DATETIME,
+    metavar="DATETIME",
+    help="An incremental run from this W3C datetime instead of the copy's cursor (resync's "
+    "--from): the copy is taken to be the Source as of then.",
+)
+@click.option(
+    "--backup-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Move files replaced or deleted here first, at their path under DEST (outside DEST).",
+)
+@click.option(
+    "--bwlimit",
+    type=_Size(),
+    metavar="RATE",
+    help="Bytes per second for all transfers together, e.g. 500K, 10M.",
+)
+@click.option(
+    "--log-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Append every change, problem and summary, timestamped, to this file.",
+)
 @click.option("--duration", type=click.FloatRange(min=0), hidden=True)
 @sync_options
 @handle_errors
@@ -345,6 +449,7 @@ def sync(
     duration: float | None,
     verbose: bool,
     quiet: bool,
+    log_file: Path | None,
     **o: Any,
 ) -> None:
     """Bring DEST in step with SOURCE: a site, a Source Description, a Capability List, a
@@ -353,13 +458,62 @@ def sync(
     The first run is a baseline; later runs are incremental from where the last one stopped.
     Exit 0 when everything was applied, 1 when something failed or was refused, 2 on error.
     """
+
+    if o.get("since") is not None and (o.get("baseline") or o.get("repair")):
+        fail("--from starts an incremental run; it cannot be given with --baseline or --repair")
+    opts = _options(**o)
+    log = _LogFile(log_file) if log_file is not None else None
+    dry = opts.dry_run
+    # A dry run lists what it would do: that is what it is for (issue 14.8).
+    shown = (verbose or dry) and not as_json and not quiet
+    if shown or log is not None:
+
+        def on_action(action: Action) -> None:
+            line = _action_line(action, dry_run=dry)
+            if shown:
+                click.echo(line)
+            if log is not None:
+                log.write(line)
+
+        opts.on_action = on_action
+    try:
+        _sync(
+            source,
+            dest,
+            opts,
+            as_json,
+            quiet,
+            log,
+            follow,
+            listen,
+            callback_url,
+            lease,
+            poll_interval,
+            duration,
+            verify_timeout,
+        )
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _sync(
+    source: str,
+    dest: Path,
+    opts: SyncOptions,
+    as_json: bool,
+    quiet: bool,
+    log: _LogFile | None,
+    follow: bool,
+    listen: str,
+    callback_url: str | None,
+    lease: int,
+    poll_interval: float,
+    duration: float | None,
+    verify_timeout: float,
+) -> None:
     from ..destination.sync import sync as run_sync
 
-    opts = _options(**o)
-    if (verbose or opts.dry_run) and not as_json and not quiet:
-        # A dry run lists what it would do: that is what it is for (issue 14.8).
-        dry = opts.dry_run
-        opts.on_action = lambda action: _print_action(action, dry_run=dry)
     if follow:
         _follow(
             source,
@@ -372,6 +526,7 @@ def sync(
             poll_interval,
             duration,
             verify_timeout,
+            log,
         )
         return
     if show_progress() and not as_json and not quiet:
@@ -393,6 +548,8 @@ def sync(
             report = run_sync(source, dest, opts, progress=progress)
     else:
         report = run_sync(source, dest, opts)
+    if log is not None:
+        log.report(report)
     if as_json:
         emit_json(report.to_json())
     else:
@@ -411,6 +568,7 @@ def _follow(
     poll_interval: float,
     duration: float | None,
     verify_timeout: float = 15.0,
+    log: _LogFile | None = None,
 ) -> None:
     import signal
     import threading
@@ -422,6 +580,11 @@ def _follow(
         signal.signal(sig, lambda *_: stop.set())
 
     def event(kind: str, detail: Any) -> None:
+        if log is not None:
+            if hasattr(detail, "sets") and hasattr(detail, "dry_run"):
+                log.report(detail)
+            else:
+                log.write(f"{kind}: {detail}")
         if as_json:
             emit_json(
                 {

@@ -41,6 +41,17 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
         maps += [Mapping(p, d.resolve()) for p, d in opts.mappings]
         mirror = Mirror(dest, maps, dry_run=True)
         report = AuditReport(source=source, dest=str(dest))
+        flt = opts.filter
+
+        def excluded(uri: str) -> bool:
+            """Left out by --include/--exclude: neither expected nor extra."""
+            if not flt:
+                return False
+            try:
+                return flt.excluded(mirror.relpath(uri))
+            except UnsafePath:
+                return False
+
         db = sqlite3.connect(":memory:")
         db.execute(
             "CREATE TABLE expected (uri TEXT PRIMARY KEY, length INTEGER, hashes TEXT, "
@@ -58,6 +69,8 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
         if opened is not None:
             with contextlib.closing(opened(state_path)) as state:
                 for known in state.all_known():
+                    if excluded(known.uri):
+                        continue
                     row = db.execute(
                         "SELECT gone FROM expected WHERE uri = ?", (known.uri,)
                     ).fetchone()
@@ -76,6 +89,8 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
         for uri, length, hashes in db.execute(
             "SELECT uri, length, hashes FROM expected WHERE gone = 0 ORDER BY uri"
         ):
+            if excluded(uri):
+                continue
             report.expected += 1
             try:
                 path = mirror.path_for(uri)
@@ -108,6 +123,8 @@ def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditR
         # another tool): extra too, named by their local path.
         for path in _local_files(mirror.dest, mirror.state_dir):
             if db.execute("SELECT 1 FROM accounted WHERE path = ?", (str(path),)).fetchone():
+                continue
+            if flt and flt.excluded(path.relative_to(mirror.dest).as_posix()):
                 continue
             report.extra += 1
             report.note("extra", f"file {path}")

@@ -379,7 +379,7 @@ async def _download(run: Run, package: Resource, target: Path) -> None:
         algos = [a for a in package.hashes if a in ALGORITHMS]
         hasher = MultiHasher(algos[:1])
         with open(target, "wb") as f:
-            async for chunk in aiter_body(response, package.loc):
+            async for chunk in aiter_body(response, package.loc, bandwidth=run.bandwidth):
                 size += len(chunk)
                 hasher.update(chunk)
                 f.write(chunk)

@@ -39,9 +39,11 @@ Synchronous by design: the async engine calls it between awaits, one chunk at a 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
+import shutil
 import stat
 import zipfile
 import zlib
@@ -226,8 +228,20 @@ class Mirror:
         *,
         fsync: bool = False,
         dry_run: bool = False,
+        backup_dir: Path | None = None,
     ) -> None:
         self.dest = Path(dest).resolve()
+        #: Where a file replaced or deleted goes first (at its path under DEST).
+        self.backup_dir = Path(os.path.abspath(backup_dir)) if backup_dir else None
+        if self.backup_dir is not None and (
+            _is_within(str(self.backup_dir), str(self.dest))
+            or _is_within(str(self.dest), str(self.backup_dir))
+        ):
+            raise ResourceSyncError(
+                "the backup directory must not overlap the copy (it would be synced and "
+                "audited as part of it)",
+                source=str(self.backup_dir),
+            )
         self.state_dir = self.dest / STATE_DIR_NAME
         self._state_str = str(self.state_dir)
         self._state_real = os.path.realpath(self.state_dir)
@@ -492,7 +506,10 @@ class Mirror:
         if self.dry_run:
             return True
         try:
-            os.unlink(path)
+            if self.backup_dir is not None:
+                self.backup(path, uri, move=True)
+            else:
+                os.unlink(path)
         except FileNotFoundError:
             return False
         except OSError as exc:
@@ -511,6 +528,40 @@ class Mirror:
                 fsync_dir(current.parent)
             current = current.parent
         return True
+
+    def backup(self, path: Path, uri: str, *, move: bool) -> None:
+        """Keep `path` under the backup directory at its place under DEST (a mapping outside
+        DEST: under its directory's name), replacing an older backup there: moved (a deletion)
+        or hard-linked (a replacement: the file stays in place until the new one replaces it),
+        copied when the backup directory is on another file system."""
+        assert self.backup_dir is not None
+        try:
+            rel = path.relative_to(self.dest)
+        except ValueError:
+            root = next(r for r in self._roots if _is_within(str(path), str(r.directory)))
+            rel = Path(root.directory.name) / path.relative_to(root.directory)
+        target = self.backup_dir / rel
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target)
+            try:
+                if move:
+                    os.rename(path, target)
+                else:
+                    os.link(path, target)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                shutil.copy2(path, target)
+                if move:
+                    os.unlink(path)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise ResourceSyncError(
+                f"cannot back {path} up to {target}: {exc.strerror or exc}", source=uri
+            ) from None
 
     def local_digests(
         self, uri: str, algorithms: Iterable[str]
@@ -675,6 +726,7 @@ class Incoming:
             if algo.lower() in ALGORITHMS
         }
         self.written: Written | None = None
+        self._mirror = mirror
         self._fsync = mirror.fsync
         self._hasher = MultiHasher(dict.fromkeys(["md5", *self.expected]))
         self._done = False
@@ -751,6 +803,12 @@ class Incoming:
                 if self._fsync:
                     os.fsync(self._file.fileno())
                 self._file.close()
+                if self._mirror.backup_dir is not None and os.path.lexists(self.path):
+                    try:
+                        self._mirror.backup(self.path, self.uri, move=False)
+                    except ResourceSyncError:
+                        self.abort()  # the old file stays, not backed up: nothing replaced
+                        raise
                 os.replace(self.tmp, self.path)
             except OSError as exc:
                 self.abort()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ..http import HttpOptions, origin
+from ..filters import PathFilter
+from ..http import Bandwidth, HttpOptions, origin
 
 if TYPE_CHECKING:
     import httpx
@@ -54,6 +56,21 @@ class SyncOptions:
     #: Where the copy's state is kept, given the path of its SQLite file under
     #: DEST/.resourcesync/ (default: that file; a fleet gives its shared store's).
     state: Callable[[Path], CopyState] | None = None
+    #: Which resources, by where they land under DEST (fnmatch patterns, `*` across `/`):
+    #: the others are neither fetched, nor deleted, nor audited.
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    #: An incremental run from this time instead of the copy's cursor (resync's --from).
+    since: datetime | None = None
+    #: Files replaced or deleted are moved here first, at their path under DEST (rsync's and
+    #: rclone's --backup-dir).
+    backup_dir: Path | None = None
+    #: Bytes per second all of a run's transfers share (rclone's --bwlimit); None: no limit.
+    bwlimit: int | None = None
+
+    @property
+    def filter(self) -> PathFilter:
+        return PathFilter(self.include, self.exclude)
 
 
 @dataclass
@@ -65,6 +82,8 @@ class Run:
     state: CopyState
     client: httpx.Client
     progress: Progress | None = None
+    #: The run's shared bandwidth budget (`SyncOptions.bwlimit`).
+    bandwidth: Bandwidth | None = None
 
 
 def scoped(options: SyncOptions, source: str) -> SyncOptions:

@@ -213,6 +213,18 @@ class Planner:
 
     def __init__(self, run: Run) -> None:
         self.run = run
+        self._filter = run.options.filter
+
+    def taken(self, uri: str) -> bool:
+        """Whether `--include`/`--exclude` take `uri` (by where it lands under DEST); a URI
+        that maps nowhere is taken, to be refused with its reason."""
+        if not self._filter:
+            return True
+        try:
+            rel = self.run.mirror.relpath(uri)
+        except UnsafePath:
+            return True
+        return not self._filter.excluded(rel)
 
     # -- baseline ------------------------------------------------------------------------------
 
@@ -267,6 +279,9 @@ class Planner:
 
     def fetch_unless_held(self, res: Resource, plan: Plan, report: SetReport) -> None:
         uri = res.loc
+        if not self.taken(uri):
+            report.excluded += 1
+            return
         try:
             path = self.run.mirror.path_for(uri)
         except UnsafePath as exc:
@@ -328,7 +343,8 @@ class Planner:
         as pending deletions."""
         plan.flush()
         for uri in self.run.state.unseen(key):
-            plan.add(uri, "delete")
+            if self.taken(uri):
+                plan.add(uri, "delete")
 
     # -- incremental ---------------------------------------------------------------------------
 
@@ -375,6 +391,11 @@ class Planner:
                     if res.loc == cursor.uri:
                         passed_cursor = True
                     continue
+            if not self.taken(res.loc):
+                report.excluded += 1
+                if t is not None and t >= last.datetime:
+                    last = Cursor(t, res.loc)  # left out by choice: the cursor moves on
+                continue
             if res.change is None:
                 report.refused += 1
                 report.problem(

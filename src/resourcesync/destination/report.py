@@ -48,6 +48,8 @@ class SetReport:
     pending_deletes: int = 0
     failed: int = 0
     refused: int = 0
+    #: Left out by --include/--exclude (neither fetched nor deleted).
+    excluded: int = 0
     bytes: int = 0
     changes: int = 0
     gap: str | None = None

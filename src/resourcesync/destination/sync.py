@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import ReadError, ResourceSyncError
-from ..http import make_client
+from ..http import Bandwidth, make_client
 from ..model import Resource
 from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
@@ -75,7 +75,13 @@ class _Syncer:
         # The default mapping first: a user's --map for the same prefix overrides it.
         maps = [Mapping(info.base, dest.resolve())] if info.base else []
         maps += [Mapping(p, d.resolve()) for p, d in options.mappings]
-        mirror = Mirror(dest, maps, fsync=options.fsync, dry_run=options.dry_run)
+        mirror = Mirror(
+            dest,
+            maps,
+            fsync=options.fsync,
+            dry_run=options.dry_run,
+            backup_dir=options.backup_dir,
+        )
         mirror.check_state_dir(create=True)
         state_path = mirror.state_dir / STATE_FILE
         self._lock = CopyLock(mirror.state_dir, dest)
@@ -94,7 +100,8 @@ class _Syncer:
             self._lock.release()
             raise
         self.mirror = mirror
-        self.run = Run(options, mirror, self.state, make_client(options.http), progress)
+        bandwidth = Bandwidth(options.bwlimit) if options.bwlimit else None
+        self.run = Run(options, mirror, self.state, make_client(options.http), progress, bandwidth)
         self.planner = Planner(self.run)
 
     def close(self) -> None:
@@ -113,6 +120,10 @@ class _Syncer:
         if self.options.baseline and not self.options.dry_run:
             state.reset(key)
         cursor = state.cursor(key)
+        if self.options.since is not None:
+            # An incremental run from the time the user gives, whatever the copy's own
+            # cursor says (resync's --from): the copy is taken to be the Source as of then.
+            cursor = Cursor(self.options.since)
         plan = Plan(state.scratch())
         if cursor is None:
             report.mode = "baseline"
@@ -224,7 +235,10 @@ class _Syncer:
         """Start an incremental plan with what earlier runs left to do — failed fetches and
         pending deletions — so that any later change to the same URI, planned after, replaces
         it: the final state per URI wins over a remembered failure (issue 10.7)."""
+        taken = self.planner.taken
         for uri, expected, _ in self.state.failures(key):
+            if not taken(uri):
+                continue
             plan.add(
                 uri,
                 "fetch",
@@ -233,7 +247,8 @@ class _Syncer:
                 ),
             )
         for uri in self.state.pending_deletes(key):
-            plan.add(uri, "delete")
+            if taken(uri):
+                plan.add(uri, "delete")
 
     def apply_changes(self, s: SetInfo, entries: Iterable[Resource]) -> SetReport:
         """Apply a batch of changes (a change notification's entries) with the same engine and

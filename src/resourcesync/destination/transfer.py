@@ -240,7 +240,7 @@ class Transfer:
         # Written from the event loop: handing small files to worker threads was measured
         # to cost more (GIL hand-offs) than the file system calls it hid.
         with mirror.incoming(uri, length=res.length, hashes=hashes) as inc:
-            async for chunk in aiter_body(response, source):
+            async for chunk in aiter_body(response, source, bandwidth=self.run.bandwidth):
                 inc.write(chunk)
             written = inc.commit()
         if self.run.options.preserve_times and res.lastmod is not None:

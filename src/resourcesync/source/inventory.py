@@ -13,7 +13,6 @@ pass it to `publish` for a set (see README, "Inventories").
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import mimetypes
 import os
@@ -25,6 +24,8 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import quote
+
+from ..filters import PathFilter
 
 __all__ = [
     "DirectoryInventory",
@@ -212,6 +213,8 @@ class DirectoryInventory:
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.include = tuple(include)
         self.exclude = tuple(exclude)
+        self._filter = PathFilter(self.include, self.exclude)
+        self._exclude_only = PathFilter(exclude=self.exclude)
         self.follow_symlinks = follow_symlinks
         self.hidden = hidden
         self._skip = {os.path.realpath(p) for p in skip}
@@ -225,7 +228,8 @@ class DirectoryInventory:
         yield from self._walk(str(self.root), "")
 
     def _excluded(self, rel: str) -> bool:
-        return any(fnmatch.fnmatchcase(rel, p) for p in self.exclude)
+        """Excluded whatever the include patterns (a directory is pruned only then)."""
+        return self._exclude_only.excluded(rel)
 
     def signature(self, algorithms: Iterable[str]) -> str:
         """What decides which files this inventory yields and how they are described: a state
@@ -351,9 +355,7 @@ class DirectoryInventory:
         return files, dirs
 
     def _filtered(self, rel: str) -> bool:
-        return self._excluded(rel) or bool(
-            self.include and not any(fnmatch.fnmatchcase(rel, p) for p in self.include)
-        )
+        return self._filter.excluded(rel)
 
     def _walk(self, directory: str, prefix: str) -> Iterator[Item]:
         listed = self._classify(directory, prefix)
