@@ -115,7 +115,39 @@ def serve(
     pub = app.state.site.publication
     sets = ", ".join(s.name for s in pub.sets) or "nothing published yet"
     click.echo(f"resourcesync: serving {outdir} ({sets}) at {_where(host, port)}", err=True)
+    for warning in _elsewhere(pub, host, port):
+        click.echo(f"resourcesync: warning: {warning}", err=True)
     _run_until_stopped(_uvicorn(app, host, port, log_level).serve())
+
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _elsewhere(pub: Any, host: str, port: int) -> list[str]:
+    """Sets published for another address than the one served: a Destination that finds
+    them here is sent there (issue 14.2). Behind a proxy that serves them there, this is
+    expected; said once, not an error."""
+    from urllib.parse import urlsplit
+
+    if port == 0:
+        return []
+    served = _where(host, port)
+    out = []
+    for s in pub.sets:
+        parts = urlsplit(s.base_url)
+        there = parts.port or (443 if parts.scheme == "https" else 80)
+        same_host = host in ("0.0.0.0", "::", "") or (
+            parts.hostname == host or {parts.hostname, host} <= _LOOPBACK
+        )
+        if parts.scheme == "http" and same_host and there == port:
+            continue
+        fix = f"{served}{parts.path.lstrip('/')}"
+        out.append(
+            f"set {s.name} was published for {s.base_url} but is served at {served}: a "
+            f"Destination that finds it here is sent to {parts.scheme}://{parts.netloc} "
+            f"(publish again with --base-url {fix}, unless a proxy serves it there)"
+        )
+    return out
 
 
 def _publish_options(func: Any) -> Any:

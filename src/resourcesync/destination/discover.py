@@ -143,8 +143,15 @@ def discover(source: str, *, client: Any = None, choose: str | None = None) -> S
         return _discover(source, client, choose)
     except Unreachable as exc:
         parts = urlsplit(exc.source or source)
+        given = urlsplit(source)
+        led = ""
+        if is_url(source) and (parts.scheme, parts.netloc) != (given.scheme, given.netloc):
+            led = (
+                f"; the Source at {given.scheme}://{given.netloc} leads there: was it published "
+                "with another --base-url than where it is served?"
+            )
         raise ReadError(
-            f"cannot connect to {parts.netloc}: {_plain(exc.message)}", source=source
+            f"cannot connect to {parts.netloc}: {_plain(exc.message)}{led}", source=source
         ) from None
 
 
@@ -248,6 +255,18 @@ def _discover_site(
     return None, ""
 
 
+def _elsewhere(here: str, there: str) -> str:
+    """When a document leads to another host than its own, said plainly: the usual cause is a
+    Source published with another --base-url than where it is served (issue 14.2)."""
+    a, b = urlsplit(here), urlsplit(there)
+    if not (is_url(here) and is_url(there)) or (a.scheme, a.netloc) == (b.scheme, b.netloc):
+        return ""
+    return (
+        f" (on {b.scheme}://{b.netloc}, not on {a.scheme}://{a.netloc} where it is listed: "
+        "was the Source published with another --base-url than where it is served?)"
+    )
+
+
 def _link_header(value: str) -> list[str]:
     """The targets of `rel="resourcesync"` links in one Link header value."""
     out = []
@@ -289,7 +308,11 @@ def _sets_from(
                 reason = f"{why[0].message}" if why else "unreadable"
                 if why and why[0].line:
                     reason = f"line {why[0].line}: {reason}"
-                raise ReadError(f"the Capability List {e.loc} cannot be read: {reason}", source=url)
+                raise ReadError(
+                    f"the Capability List {e.loc}{_elsewhere(url, e.loc)} cannot be read: "
+                    f"{reason}",
+                    source=url,
+                )
             if got[0].capability != Capability.CAPABILITYLIST:
                 raise ReadError(
                     f"{e.loc} is listed as a Capability List but is a "
