@@ -679,9 +679,12 @@ class SetState:
 
     def resource_rows(self) -> Iterator[tuple[str, str, str, int, str | None, str]]:
         """(key, uri, lastmod, length, type, hashes) in key order (for dump packages)."""
-        yield from self.db.execute(
+        # A loop, not `yield from`: a generator closed after the database (a run stopped by
+        # Ctrl-C or SIGTERM) must not close its cursor on a closed database (issue 14.4).
+        for row in self.db.execute(
             "SELECT key, uri, lastmod, length, type, hashes FROM resources ORDER BY key"
-        )
+        ):
+            yield row
 
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM resources").fetchone()[0])
