@@ -309,8 +309,7 @@ def _sets_from(
                 if why and why[0].line:
                     reason = f"line {why[0].line}: {reason}"
                 raise ReadError(
-                    f"the Capability List {e.loc}{_elsewhere(url, e.loc)} cannot be read: "
-                    f"{reason}",
+                    f"the Capability List {e.loc}{_elsewhere(url, e.loc)} cannot be read: {reason}",
                     source=url,
                 )
             if got[0].capability != Capability.CAPABILITYLIST:

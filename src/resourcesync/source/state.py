@@ -681,7 +681,7 @@ class SetState:
         """(key, uri, lastmod, length, type, hashes) in key order (for dump packages)."""
         # A loop, not `yield from`: a generator closed after the database (a run stopped by
         # Ctrl-C or SIGTERM) must not close its cursor on a closed database (issue 14.4).
-        for row in self.db.execute(
+        for row in self.db.execute(  # noqa: UP028 (see above)
             "SELECT key, uri, lastmod, length, type, hashes FROM resources ORDER BY key"
         ):
             yield row
