@@ -373,8 +373,14 @@ def test_hostile_uris_are_refused_and_nothing_lands_outside_dest(tmp_path: Path)
         )
         code, summary = cli_json("sync", b + "/", dest, "--delete", *FAST)
         assert code == 1
-        assert sorted(problems(summary)) == sorted(hostile[:6])
+        # The deletions are refused; the other refused URIs, remembered, are refused again
+        # (no run says ok while the copy lacks what the Source lists).
+        assert sorted(problems(summary)) == sorted(hostile)
         assert (parent / "victim.txt").read_bytes() == b"do not touch"
+        # The deleted ones are forgotten: the next run says only the others again.
+        code, summary = cli_json("sync", b + "/", dest, "--delete", *FAST)
+        assert code == 1
+        assert sorted(problems(summary)) == sorted(hostile[6:])
 
 
 def _package(members: dict[str, bytes], manifest: bytes) -> bytes:

@@ -85,13 +85,15 @@ class DestinationWalk(Walk):
             assert report.ok and copy == self.files(), "the Destination did not converge"
             self.counts["sync-converged"] += 1
 
-    def sync_killed(self) -> None:
-        """`resourcesync sync` in a subprocess, SIGKILLed at a random moment of its run."""
+    def sync_killed(self, soon: bool = False) -> None:
+        """`resourcesync sync` in a subprocess, SIGKILLed at a random moment of its run
+        (`soon`: early in it, so that the kill lands inside the run)."""
         argv = [sys.executable, "-m", "resourcesync", "sync", self.docs, str(self.dest)]
         argv += ["--delete", "--map", f"{self.base}={self.dest}", "--retries", "1", "--json"]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # A subprocess pays its start-up before it syncs: the kill lands in the run or after.
-        time.sleep(self.rng.uniform(0.2, 0.8 + 2 * self.sync_seconds))
+        upper = 0.5 + self.sync_seconds if soon else 0.8 + 2 * self.sync_seconds
+        time.sleep(self.rng.uniform(0.2, upper))
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)

@@ -205,6 +205,11 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
         url, doc, entries = found
     if not base and is_url(url):
         base = site_root(url)
+    if not base and local:
+        # A document on disk (issue 14.10): its site is where its `up` link or, without
+        # one, its first entry points, so that its resources land under DEST as they would
+        # from the site's URL.
+        base = _site_of(url, doc)
     sets, description = _sets_from(url, doc, entries, client)
     if choose is not None:
         chosen = [s for s in sets if choose in (s.name, s.capabilitylist)]
@@ -253,6 +258,19 @@ def _discover_site(
         if got is not None:
             return (target, *got), "HTML link"
     return None, ""
+
+
+def _site_of(path: str, doc: Document) -> str:
+    up = doc.link("up")
+    if up is not None and is_url(up.href):
+        return site_root(up.href)
+    try:
+        with open_document(path) as reader:
+            for entry in reader:
+                return site_root(entry.loc) if is_url(entry.loc) else ""
+    except ReadError:
+        return ""
+    return ""
 
 
 def _elsewhere(here: str, there: str) -> str:

@@ -199,8 +199,7 @@ def _apply_package(
             try:
                 mirror.path_for(res.loc)
             except UnsafePath as exc:
-                report.refused += 1
-                report.problem(res.loc, f"refused: {exc.message}")
+                report.refuse(res.loc, exc)
                 continue
             plan.add(res.loc, "fetch", res)
             continue

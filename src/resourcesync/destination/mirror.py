@@ -90,6 +90,15 @@ class UnsafePath(ResourceSyncError):
     """A URI (or ZIP member) that cannot be mapped to a local path safely; the message says why."""
 
 
+class Unmapped(UnsafePath):
+    """A URI no mapping covers: on another host, or outside the part of the site mapped.
+    `hint` is the `--map` that would take it."""
+
+    def __init__(self, message: str, *, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 class IntegrityError(ResourceSyncError):
     """Bytes received do not match the expected length or hash."""
 
@@ -321,6 +330,14 @@ class Mirror:
         except ValueError:
             return path.as_posix()
 
+    def stored(self, path: Path) -> str:
+        """How a local path is kept in the state: relative to DEST, or absolute when a
+        mapping puts it outside DEST."""
+        try:
+            return path.relative_to(self.dest).as_posix()
+        except ValueError:
+            return path.as_posix()
+
     def _locate(self, uri: str) -> tuple[Path, _Root]:
         try:
             return self._locate_unchecked(uri)
@@ -342,7 +359,7 @@ class Mirror:
             raise UnsafePath("URI has userinfo (user@host); refused")
         uri_path = parts.path or "/"
         if key is None or not uri_path.startswith("/"):
-            raise UnsafePath("no mapping covers this URI")
+            raise Unmapped("no mapping covers this URI (not an http(s) URI)", hint="")
         raw = uri_path.split("/")[1:]
         decoded = _decode_segments(raw)
         for root in self._roots:
@@ -350,7 +367,7 @@ class Mirror:
             if root.key == key and len(decoded) > n and tuple(decoded[:n]) == root.segments:
                 break
         else:
-            raise UnsafePath("no mapping covers this URI")
+            raise self._unmapped(parts, key)
 
         rest, raw_rest = decoded[n:], raw[n:]
         if rest[-1] == "":
@@ -383,6 +400,21 @@ class Mirror:
             raise UnsafePath("local path would be too long for the file system")
         self._check_location(path, root)
         return path, root
+
+    def _unmapped(self, parts: SplitResult, key: tuple[str, str, int]) -> Unmapped:
+        """Why no mapping covers a URI, and the --map that would take it."""
+        site = f"{parts.scheme}://{parts.netloc}/"
+        covered = [r.mapping.prefix for r in self._roots]
+        if not covered:
+            why = "no mapping covers this URI"
+        elif all(r.key != key for r in self._roots):
+            hosts = sorted({urlsplit(p).netloc for p in covered})
+            why = f"no mapping covers this URI: it is on {parts.netloc}, not on {', '.join(hosts)}"
+        else:
+            why = "no mapping covers this URI: it is outside " + ", ".join(
+                p for p in covered if urlsplit(p).netloc == parts.netloc
+            )
+        return Unmapped(why, hint=f"--map {site}=DIR")
 
     def _check_location(self, path: Path, root: _Root) -> None:
         """Refuse the state directory, symlinks out of the root, and file/directory conflicts.

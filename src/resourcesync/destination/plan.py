@@ -285,8 +285,8 @@ class Planner:
         try:
             path = self.run.mirror.path_for(uri)
         except UnsafePath as exc:
-            report.refused += 1
-            report.problem(uri, f"refused: {exc.message}")
+            report.refuse(uri, exc)
+            plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
             return
         if not self.claim(uri, plan, report):
             return
@@ -405,8 +405,12 @@ class Planner:
             try:
                 mirror.path_for(res.loc)
             except UnsafePath as exc:
-                report.refused += 1
-                report.problem(res.loc, f"refused: {exc.message}")
+                report.refuse(res.loc, exc)
+                # Remembered while the Source lists it; forgotten once the Source deletes it.
+                # Either way the change is dealt with: the cursor moves past it.
+                plan.add(res.loc, "gone" if res.change == "deleted" else "refused", res)
+                if t is not None and t >= last.datetime:
+                    last = Cursor(t, res.loc)
                 continue
             if res.change != "deleted" and not self.claim(res.loc, plan, report):
                 continue

@@ -64,10 +64,28 @@ class SetReport:
     #: `canonical`, `memento`, `patch`, `describedby`, `duplicate` …), by URI; at most
     #: MAX_LISTED. Every resource's links are kept in the state (`resourcesync ls`).
     links: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: URIs refused because no mapping covers them, by reason (see `refuse`).
+    unmapped: dict[str, int] = field(default_factory=dict)
 
     def problem(self, uri: str, message: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(Problem(uri, message))
+
+    def refuse(self, uri: str, exc: Exception) -> None:
+        """A URI refused (its local path is unsafe, or no mapping covers it). URIs that no
+        mapping covers are said once per reason, with the --map that would take them, and
+        counted (issue 14.10): not one line each."""
+        self.refused += 1
+        message = getattr(exc, "message", str(exc))
+        hint = getattr(exc, "hint", None)
+        if hint is None:
+            self.problem(uri, f"refused: {message}")
+            return
+        n = self.unmapped.get(message, 0)
+        self.unmapped[message] = n + 1
+        if n == 0:
+            more = f"; to take such URIs, add {hint}" if hint else ""
+            self.problem(uri, f"refused: {message}{more} (others like it are counted, not listed)")
 
     def link(self, uri: str, links: list[Link]) -> None:
         """A resource fetched in this run came with links (at most MAX_LISTED are shown)."""

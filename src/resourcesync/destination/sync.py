@@ -222,6 +222,7 @@ class _Syncer:
         if report.via != "dumps" or report.planned:
             asyncio.run(transfer.fetch_all(plan, key, report))
         transfer.delete_all(plan, key, report)
+        transfer.remember_refused(plan, key)
         transfer.keep_all(plan)
         transfer.remember_undated(key)
         if not self.options.dry_run:

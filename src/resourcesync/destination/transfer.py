@@ -202,8 +202,9 @@ class Transfer:
                     await self._receive(response, uri, uri, res, key, report, known is None)
                     return False
             except UnsafePath as exc:
-                report.refused += 1
-                report.problem(uri, f"refused: {exc.message}")
+                report.refuse(uri, exc)
+                # Kept as a failure: every run says so until it can be taken (a --map).
+                state.fail(uri, expected, f"refused: {exc.message}", key)
                 return False
             except IntegrityError as exc:
                 last_error = exc.message
@@ -252,7 +253,7 @@ class Transfer:
         self._records.append(
             (
                 uri,
-                written.path.relative_to(mirror.dest).as_posix(),
+                mirror.stored(written.path),
                 written.length,
                 written.hashes,
                 res.lastmod,
@@ -358,8 +359,9 @@ class Transfer:
                     continue
                 removed = mirror.delete(uri)
             except UnsafePath as exc:
-                report.refused += 1
-                report.problem(uri, f"refused: {exc.message}")
+                report.refuse(uri, exc)
+                if not opts.dry_run:
+                    state.forget(uri)  # never held; gone at the Source: not tried again
                 continue
             except ResourceSyncError as exc:
                 report.failed += 1
@@ -392,6 +394,18 @@ class Transfer:
         if not self._verified_copy(uri, path, known.length, known.hashes):
             return f"not deleted: {path} was changed since this sync wrote it; kept"
         return None
+
+    def remember_refused(self, plan: Plan, key: str) -> None:
+        """URIs refused while planning are kept as failures: the next run tries them again
+        (and says they are refused again), so no later run says ok over a copy that lacks
+        them (issue 14.10)."""
+        if self.run.options.dry_run:
+            return
+        for uri, res in plan.rows("refused"):
+            expected = {"length": res.length, "hashes": res.hashes}
+            self.run.state.fail(uri, expected, "refused", key)
+        for uri, _ in plan.rows("gone"):
+            self.run.state.forget(uri)  # a refused URI the Source has deleted since
 
     def keep_all(self, plan: Plan) -> None:
         """URIs whose final state we hold: their remembered failure or pending deletion is
