@@ -5,11 +5,14 @@ and port 8000 a free one. `make demo` is left to tests/test_demo.py (it runs the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,3 +70,52 @@ def test_the_quick_start_works_as_written(tmp_path: Path) -> None:
     copy, files = _files(tmp_path / "copy" / "files"), _files(tmp_path / "files")
     assert copy == files and "data/new.txt" in copy and "articles/notes.md" not in copy
     assert "resourcesync: warning:" not in result.stderr, output[-2000:]
+
+
+def library_snippets() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Library\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+def _python(code: str, tmp_path: Path, port: str) -> subprocess.CompletedProcess[str]:
+    code = code.replace("/tmp/", f"{tmp_path}/").replace("8000", port)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_library_snippets_run_as_written(tmp_path: Path) -> None:
+    """The README's Python snippets (issue 14.15), with the same two changes as above."""
+    documents, source_and_destination = library_snippets()
+    port = str(_free_port())
+    result = _python(documents, tmp_path, port)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "changelist" in result.stdout and "True 0" in result.stdout
+    assert (tmp_path / "rs-library" / "resourcelist.xml").is_file()
+
+    # The second runs against a served Source, as the quick start's.
+    shutil.copytree(ROOT / "examples" / "resources", tmp_path / "files")
+    (tmp_path / "public").mkdir()
+    argv = [sys.executable, "-m", "resourcesync", "serve", str(tmp_path / "public")]
+    server = subprocess.Popen([*argv, "--port", port], stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", int(port)), timeout=0.2).close()
+                break
+            time.sleep(0.05)
+        result = _python(source_and_destination, tmp_path, port)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("True [('resourcesync', 'baseline', 5)]"), result.stdout
+    assert lines[1] == "True 0 0 0", result.stdout
+    assert _files(tmp_path / "copy" / "files") == _files(tmp_path / "files")

@@ -29,10 +29,15 @@ __all__ = ["STATE_FILE", "audit"]
 STATE_FILE = "state.sqlite"
 
 
-def audit(source: str, dest: Path, options: SyncOptions | None = None) -> AuditReport:
+def audit(
+    source: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    options: SyncOptions | None = None,
+) -> AuditReport:
     """Compare DEST with the Source's current state: its Resource List plus the changes listed
     after the Resource List's `at`. Missing, extra and different resources (by digest when both
     sides have one, else by length)."""
+    source, dest = os.fspath(source), Path(dest)
     opts = scoped(options or SyncOptions(), source)
     started = time.monotonic()
     with make_client(opts.http) as client:

@@ -68,6 +68,13 @@ class SyncOptions:
     #: Bytes per second all of a run's transfers share (rclone's --bwlimit); None: no limit.
     bwlimit: int | None = None
 
+    def __post_init__(self) -> None:
+        # From Python paths may be str and lists lists (issue 14.15).
+        self.mappings = [(prefix, Path(d)) for prefix, d in self.mappings]
+        if self.backup_dir is not None:
+            self.backup_dir = Path(self.backup_dir)
+        self.include, self.exclude = tuple(self.include), tuple(self.exclude)
+
     @property
     def filter(self) -> PathFilter:
         return PathFilter(self.include, self.exclude)

@@ -19,6 +19,7 @@ pending, and a failed fetch is kept to be retried: nothing is silently lost.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import time
@@ -271,14 +272,15 @@ class _Syncer:
 
 
 def sync(
-    source: str,
-    dest: Path,
+    source: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
     options: SyncOptions | None = None,
     *,
     progress: Progress | None = None,
 ) -> SyncReport:
     """Bring DEST in step with SOURCE (a site, a Source Description, a Capability List, a
     Resource List or Change List; a URL or a local file)."""
+    source, dest = os.fspath(source), Path(dest)
     opts = scoped(options or SyncOptions(), source)
     started = time.monotonic()
     with make_client(opts.http) as client:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .follow import Mapping, Resolver, iter_entries, walk
     from .read import DEFAULT_MAX_BYTES, DocumentReader, open_document, read_document
-    from .rules import Finding, Report, validate
+    from .rules import Finding, Report
+    from .rules.validate import validate
     from .write import DocumentWriter, SplitResult, write_document, write_split
 
 _WHERE = {

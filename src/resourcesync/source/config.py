@@ -167,6 +167,13 @@ class SetConfig:
     notification_max_entries: int = 1000
 
     def __post_init__(self) -> None:
+        # From Python a path may be a str and a list of names a list (issue 14.15).
+        self.dir = Path(self.dir)
+        for name in ("capabilities", "hashes", "include", "exclude"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                value = (value,)
+            setattr(self, name, tuple(value))
         if not _NAME.fullmatch(self.name):
             raise ConfigError(
                 f"set name {self.name!r}: use letters, digits, '.', '_' or '-' "
@@ -215,6 +222,10 @@ class PublishConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        if self.state_dir is not None:
+            self.state_dir = Path(self.state_dir)
+        self.sets = list(self.sets)
         if not self.sets:
             raise ConfigError("no resource set to publish")
         names = [s.name for s in self.sets]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ...errors import ReadError
 from ..follow import FOLLOW_ALL, FOLLOW_NONE, Resolver, children, walk
@@ -21,7 +22,7 @@ FOLLOWED_BY_DEFAULT = frozenset({"description", "capabilitylist"})
 
 
 def validate(
-    targets: Sequence[Source],
+    targets: Source | Sequence[Source],
     *,
     follow: bool | None = False,
     packages: bool = False,
@@ -42,7 +43,10 @@ def validate(
     """
     report = Report()
     resolver = resolver or Resolver()
-    for target in targets:
+    # One document, not the characters of its name (issue 14.15).
+    one = isinstance(targets, str | bytes | bytearray | os.PathLike) or hasattr(targets, "read")
+    listed: Sequence[Source] = [cast(Source, targets)] if one else cast(Sequence[Source], targets)
+    for target in listed:
         _validate_one(
             target, report, on_finding, on_unreadable, follow, packages, resolver, client, max_bytes
         )
