@@ -25,7 +25,7 @@ def test_importing_the_package_loads_nothing_else() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('resourcesync')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['resourcesync']"
+    assert out.stdout.strip() == "['resourcesync', 'resourcesync.lazy']"
 
 
 def test_validate_takes_one_document_by_name() -> None:

@@ -6,8 +6,9 @@ that only writes does not load the reader, the rules and lxml (issue 15.5).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import exports
 
 if TYPE_CHECKING:
     from .follow import Mapping, Resolver, iter_entries, walk
@@ -35,13 +36,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = exports(__name__, _WHERE, globals())
 
 
 __all__ = [
