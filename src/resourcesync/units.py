@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["parse_size"]
+__all__ = ["format_size", "parse_size"]
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -18,3 +18,14 @@ def parse_size(text: str | int) -> int:
         return int(float(t[: len(t) - len(unit)]) * _UNITS[unit])
     except ValueError:
         raise ValueError(f"not a size: {text!r} (a number of bytes, or with K, M, G)") from None
+
+
+def format_size(n: float) -> str:
+    """Bytes as people read them: `512 B`, `1.1 KiB`, `48.0 MiB`, `2.3 GiB`."""
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        n /= 1024
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}"
+    return f"{n:.1f} GiB"  # pragma: no cover - the loop returns

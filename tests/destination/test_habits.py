@@ -55,13 +55,16 @@ def test_dry_run_lists_what_it_would_do_and_agrees_with_itself(tmp_path: Path) -
         # The real run does what the dry run said.
         result = cli("sync", src.root, dest, "--delete", "-v")
         assert result.exit_code == 0
-        assert sorted(result.stdout.splitlines()) == sorted(
+        *actions, summary_line = result.stdout.splitlines()
+        assert sorted(actions) == sorted(
             [
                 f"+ created {src.root}new.txt → new.txt",
                 f"* updated {src.root}b.txt → b.txt",
                 f"- deleted {src.root}a.txt",
             ]
         )
+        # The run ends with its one summary line (issue 14.7).
+        assert summary_line.startswith("resourcesync: sync ok: 2 fetched, 0 unchanged, 1 deleted;")
         assert tree(dest) == tree(src.data)
 
 

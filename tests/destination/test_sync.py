@@ -8,6 +8,7 @@ once", "nothing transferred" and "at most N at once" are measured where the byte
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 import time
@@ -471,12 +472,35 @@ def test_json_summary_shape(tmp_path: Path) -> None:
     assert isinstance(s["cursor"], str) and s["cursor"].endswith("Z")
 
 
-def test_text_summary_goes_to_stderr(tmp_path: Path) -> None:
+def test_details_go_to_stderr_and_one_summary_line_to_stdout(tmp_path: Path) -> None:
+    """Per set details on stderr; the run's one summary line, in the shape publish and audit
+    use too, on stdout (issue 14.7)."""
     with published_source(tmp_path, {"a.txt": b"a"}) as src:
         result = cli("sync", src.root, tmp_path / "dest")
+        published = cli(
+            "publish", src.data, "--base-url", src.root, "--out", src.out, "--name", "set1"
+        )
+        audited = cli("audit", src.root, tmp_path / "dest")
     assert result.exit_code == 0
-    assert result.stdout == ""
     assert "set1: baseline via lists: fetched 1" in result.stderr
+    (line,) = result.stdout.splitlines()
+    assert re.fullmatch(
+        r"resourcesync: sync ok: 1 fetched, 0 unchanged, 0 deleted; 1 B in [0-9.]+ s "
+        r"\([0-9,]+/s, [0-9.]+ [KMG]?i?B/s\)",
+        line,
+    ), line
+    (line,) = published.stdout.splitlines()
+    assert re.fullmatch(
+        r"resourcesync: publish ok: 1 resource, 0 created, 0 updated, 0 deleted; in [0-9.]+ s"
+        r" \([0-9,]+/s\)",
+        line,
+    ), line
+    (line,) = audited.stdout.splitlines()
+    assert re.fullmatch(
+        r"resourcesync: audit in sync: 1 expected, 1 in sync, 0 missing, 0 extra, 0 different;"
+        r" in [0-9.]+ s \([0-9,]+/s\)",
+        line,
+    ), line
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,6 +52,47 @@ def emit_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=json_default) + "\n")
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 resource`, `2 resources`, `1,000 resources`."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+#: The counted nouns of the summary lines, for a count of one.
+_SINGULAR = {
+    "resources": "resource",
+    "warnings": "warning",
+    "deletions pending": "deletion pending",
+    "deletions pending (--delete)": "deletion pending (--delete)",
+}
+
+
+def summary_line(
+    command: str,
+    verdict: str,
+    counts: list[tuple[int, str]],
+    *,
+    items: int,
+    seconds: float,
+    size: int | None = None,
+) -> str:
+    """The one line every `sync`, `publish` and `audit` ends with, in one shape (issue 14.7):
+    `resourcesync: COMMAND VERDICT: COUNTS; SIZE in TIME (RATE)`."""
+    from ..units import format_size
+
+    shown = ", ".join(
+        f"{n:,} {_SINGULAR.get(label, label) if n == 1 else label}" for n, label in counts
+    )
+    took = f"{seconds:.2f} s"
+    rate = f"{items / seconds:,.0f}/s" if seconds > 0 and items else ""
+    if size is not None:
+        took = f"{format_size(size)} in {took}"
+        if seconds > 0 and size:
+            rate += (", " if rate else "") + f"{format_size(size / seconds)}/s"
+    else:
+        took = f"in {took}"
+    return f"resourcesync: {command} {verdict}: {shown}; {took}" + (f" ({rate})" if rate else "")
+
+
 def fail(message: str, code: int = EXIT_ERROR) -> None:
     """Print one line on stderr and exit with `code`."""
     click.echo(f"resourcesync: {message}", err=True)

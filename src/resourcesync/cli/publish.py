@@ -18,7 +18,14 @@ from ..source.config import (
     parse_duration,
     parse_size,
 )
-from ._common import emit_json, handle_errors, show_progress, stderr_console
+from ._common import (
+    emit_json,
+    handle_errors,
+    plural,
+    show_progress,
+    stderr_console,
+    summary_line,
+)
 
 
 def _split_list(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -195,47 +202,95 @@ def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
 @publish_options
 @click.option("--dry-run", is_flag=True, help="Find the changes; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON summary on stdout.")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="List each change (+ created, * updated, - deleted)."
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @handle_errors
-def publish(directory: Path | None, dry_run: bool, as_json: bool, **options: Any) -> None:
+def publish(
+    directory: Path | None,
+    dry_run: bool,
+    as_json: bool,
+    verbose: bool,
+    quiet: bool,
+    **options: Any,
+) -> None:
     """Publish DIR at --base-url as ResourceSync documents in --out.
 
     Each run brings the documents up to date with what changed since the last one: the
     Source Description (OUTDIR/.well-known/resourcesync), a Capability List per set, the
     Resource List, Change Lists (rotated into an index and archive), dumps and archives.
+    Ends with one summary line on stdout (counts, bytes, rate, time).
+
+    Example: resourcesync publish ./files --base-url https://example.org/files/ --out ./public
     """
     from ..source.publish import publish as run_publish
 
     config = config_from_options(directory, **options)
     console = stderr_console()
-    if show_progress() and not as_json:
+    if show_progress() and not as_json and not quiet:
         with console.status("scanning…") as status:
 
             def progress(name: str, n: int) -> None:
-                status.update(f"scanning {name}: {n:,} files")
+                # n < 0: a phase of the run (writing lists, packaging dumps, notifying).
+                status.update(f"{name}…" if n < 0 else f"scanning {name}: {n:,} files")
 
             result = run_publish(config, dry_run=dry_run, progress=progress)
     else:
         result = run_publish(config, dry_run=dry_run)
     if as_json:
         emit_json(result.to_json())
-    else:
-        for s in result.sets:
-            scan = s.scan
-            verb = "would publish" if dry_run else "published"
-            line = (
-                f"{s.name}: {verb} {scan.resources:,} resources: {scan.created} created, "
-                f"{scan.updated} updated, {scan.deleted} deleted"
-            )
-            if scan.baseline and not dry_run:
-                line += " (baseline: the first Resource List; changes are listed from now on)"
-            if s.rotated:
-                line += f"; {s.rotated} Change List(s) closed"
-            if s.packages:
-                line += f"; {s.packages} package(s)"
-            click.echo(line)
-            for problem in s.problems + scan.problems:
+        return
+    for s in result.sets:
+        scan = s.scan
+        if verbose and not quiet and not dry_run and scan.first_seq is not None:
+            _list_changes(config, s.name, scan.first_seq, scan.last_seq)
+        verb = "would publish" if dry_run else "published"
+        line = (
+            f"{s.name}: {verb} {plural(scan.resources, 'resource')}: {scan.created:,} created, "
+            f"{scan.updated:,} updated, {scan.deleted:,} deleted"
+        )
+        if scan.baseline and not dry_run:
+            line += " (baseline: the first Resource List; changes are listed from now on)"
+        if s.rotated:
+            line += f"; {plural(s.rotated, 'Change List')} closed"
+        if s.packages:
+            line += f"; {plural(s.packages, 'package')}"
+        if not quiet:
+            click.echo(line, err=True)
+        for problem in s.problems + scan.problems:
+            if not quiet:
                 click.echo(f"resourcesync: warning: {s.name}: {problem}", err=True)
-        click.echo(f"in {result.seconds:.2f} s", err=True)
+    if not quiet:
+        click.echo(_publish_summary(result))
+
+
+def _list_changes(config: Any, name: str, first: int, last: int | None) -> None:
+    """`-v`: each change the run published, as `sync -v` lists what it does to a copy."""
+    from ..iri import display_iri
+    from ..source.state import SetState
+
+    signs = {"created": "+", "updated": "*", "deleted": "-"}
+    with SetState(config.state / f"{name}.sqlite") as state:
+        for change in state.changes(first, last):
+            sign = signs.get(str(change.change), " ")
+            click.echo(f"{sign} {change.change} {display_iri(change.loc)}")
+
+
+def _publish_summary(result: Any) -> str:
+    scans = [s.scan for s in result.sets]
+    resources = sum(x.resources for x in scans)
+    counts = [
+        (resources, "resources"),
+        (sum(x.created for x in scans), "created"),
+        (sum(x.updated for x in scans), "updated"),
+        (sum(x.deleted for x in scans), "deleted"),
+    ]
+    warnings = sum(len(s.problems) + len(s.scan.problems) for s in result.sets)
+    verdict = "dry run" if result.dry_run else "ok"
+    if warnings:
+        counts.append((warnings, "warnings"))
+    return summary_line("publish", verdict, counts, items=resources, seconds=result.seconds)
 
 
 __all__ = ["config_from_options", "publish", "publish_options"]

@@ -20,6 +20,7 @@ from ._common import (
     handle_errors,
     show_progress,
     stderr_console,
+    summary_line,
 )
 
 if TYPE_CHECKING:
@@ -330,7 +331,107 @@ def _summary(report: SyncReport, *, quiet: bool = False) -> None:
         if len(s.problems) > 20:
             click.echo(f"resourcesync: … and {len(s.problems) - 20} more problems", err=True)
     if not quiet:
-        click.echo(f"in {report.seconds:.2f} s", err=True)
+        click.echo(_sync_summary(report))
+
+
+def _sync_summary(report: SyncReport) -> str:
+    """The run's one summary line (on stdout; the same shape as publish's and audit's)."""
+    sets = report.sets
+    total = {
+        k: sum(getattr(s, k) for s in sets)
+        for k in (
+            "planned",
+            "fetched",
+            "not_modified",
+            "unchanged",
+            "deleted",
+            "pending_deletes",
+            "failed",
+            "refused",
+            "excluded",
+            "bytes",
+        )
+    }
+    if report.dry_run:
+        counts = [(total["planned"], "to fetch"), (total["pending_deletes"], "deletions pending")]
+        verdict = "dry run"
+    else:
+        counts = [
+            (total["fetched"], "fetched"),
+            (total["not_modified"] + total["unchanged"], "unchanged"),
+            (total["deleted"], "deleted"),
+        ]
+        verdict = "ok" if report.ok else "NOT ok"
+    for key, label in (
+        ("pending_deletes", "deletions pending (--delete)"),
+        ("failed", "failed"),
+        ("refused", "refused"),
+        ("excluded", "excluded"),
+    ):
+        if total[key] and not (report.dry_run and key == "pending_deletes"):
+            counts.append((total[key], label))
+    return summary_line(
+        "sync",
+        verdict,
+        counts,
+        items=total["fetched"],
+        seconds=report.seconds,
+        size=total["bytes"],
+    )
+
+
+class _ProgressDisplay:
+    """The terminal's view of a run: what is being read, then resources and bytes fetched with
+    their rates and the time left; gone when the run ends (the summary line stays)."""
+
+    def __init__(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[extra]}"),
+            TimeRemainingColumn(),
+            console=stderr_console(),
+            transient=True,
+        )
+        self.task = self.bar.add_task("reading the Source's documents", total=None, extra="")
+        self.expected: int | None = None
+        self.started = 0.0
+
+    def __enter__(self) -> _ProgressDisplay:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(None, None, None)
+
+    def update(self, phase: str, done: int, total: int, size: int) -> None:
+        import time
+
+        from ..units import format_size
+
+        if phase == "read":
+            self.bar.update(self.task, description=f"reading: {done:,} entries", extra="")
+        elif phase == "plan":
+            # Before the transfers: how many, and how many bytes when the lists say.
+            self.expected = size or None
+            self.started = time.monotonic()
+            self.bar.update(self.task, description="fetching", completed=0, total=total)
+        elif phase == "fetch":
+            elapsed = max(time.monotonic() - self.started, 1e-6)
+            of = f" of {format_size(self.expected)}" if self.expected else ""
+            extra = f"resources • {format_size(size)}{of} • {format_size(size / elapsed)}/s"
+            self.bar.update(self.task, completed=done, total=total, extra=extra)
 
 
 @click.command()
@@ -530,22 +631,8 @@ def _sync(
         )
         return
     if show_progress() and not as_json and not quiet:
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
-
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            DownloadColumn(),
-            console=stderr_console(),
-            transient=True,
-        ) as bar:
-            task = bar.add_task("fetching", total=None)
-
-            def progress(phase: str, done: int, total: int, size: int) -> None:
-                bar.update(task, completed=done, total=total)
-
-            report = run_sync(source, dest, opts, progress=progress)
+        with _ProgressDisplay() as display:
+            report = run_sync(source, dest, opts, progress=display.update)
     else:
         report = run_sync(source, dest, opts)
     if log is not None:
@@ -618,34 +705,48 @@ def _follow(
 @click.command()
 @click.argument("source")
 @click.argument("dest", type=click.Path(path_type=Path))
+@click.option("-v", "--verbose", is_flag=True, help="List every difference, not ten of each.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (the exit code says).")
 @sync_options
 @handle_errors
-def audit(source: str, dest: Path, as_json: bool, **o: Any) -> None:
+def audit(source: str, dest: Path, as_json: bool, verbose: bool, quiet: bool, **o: Any) -> None:
     """Compare DEST with the Source's current state (its Resource List plus the changes after
     it): missing, extra and different resources. Exit 0 in sync, 1 when it differs, 2 on error.
+    Ends with one summary line on stdout.
+
+    Example: resourcesync audit https://example.org/ ./copy
     """
     if not dest.is_dir():
         click.echo(f"resourcesync: {dest}: no such directory", err=True)
         sys.exit(EXIT_ERROR)
     from ..destination.sync import audit as run_audit
 
-    report = run_audit(source, dest, _options(**o))
+    opts = _options(**o)
+    report = run_audit(source, dest, opts, examples=None if verbose else 10)
     if as_json:
         emit_json(report.to_json())
-    else:
-        state = "in sync" if report.ok else "NOT in sync"
-        click.echo(
-            f"{state}: {report.expected} expected, {report.in_sync} in sync, {report.missing} "
-            f"missing, {report.extra} extra, {report.different} different"
-        )
+    elif not quiet:
+        from ..iri import display_iri
+
         for kind, uris in report.examples.items():
             for uri in uris:
-                click.echo(f"  {kind}: {uri}")
+                click.echo(f"  {kind}: {display_iri(uri)}")
         if not report.ok:
             fix = f"resourcesync sync {source} {dest} --repair"
             if report.extra:
                 fix += " --delete"
             click.echo(f"to repair: {fix}")
+        verdict = "in sync" if report.ok else "NOT in sync"
+        counts = [
+            (report.expected, "expected"),
+            (report.in_sync, "in sync"),
+            (report.missing, "missing"),
+            (report.extra, "extra"),
+            (report.different, "different"),
+        ]
+        click.echo(
+            summary_line("audit", verdict, counts, items=report.expected, seconds=report.seconds)
+        )
     sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
 
 

@@ -33,6 +33,8 @@ def audit(
     source: str | os.PathLike[str],
     dest: str | os.PathLike[str],
     options: SyncOptions | None = None,
+    *,
+    examples: int | None = 10,
 ) -> AuditReport:
     """Compare DEST with the Source's current state: its Resource List plus the changes listed
     after the Resource List's `at`. Missing, extra and different resources (by digest when both
@@ -45,7 +47,7 @@ def audit(
         maps = [Mapping(info.base, dest.resolve())] if info.base else []
         maps += [Mapping(p, d.resolve()) for p, d in opts.mappings]
         mirror = Mirror(dest, maps, dry_run=True)
-        report = AuditReport(source=source, dest=str(dest))
+        report = AuditReport(source=source, dest=str(dest), limit=examples)
         flt = opts.filter
 
         def excluded(uri: str) -> bool:

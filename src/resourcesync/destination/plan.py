@@ -124,6 +124,12 @@ class Plan:
         q = "SELECT COUNT(*) FROM plan WHERE action = ?"
         return int(self.db.execute(q, (action,)).fetchone()[0])
 
+    def planned_bytes(self) -> int:
+        """The bytes the planned fetches will bring, as far as the lists give lengths."""
+        self.flush()
+        row = self.db.execute("SELECT SUM(length) FROM plan WHERE action = 'fetch'").fetchone()
+        return int(row[0] or 0)
+
     def planned(self, uri: str, action: str) -> Resource | None:
         """What is planned for `uri`, when it is `action`."""
         self.flush()
@@ -235,6 +241,7 @@ class Planner:
             raise ReadError("the Source offers no Resource List", source=s.capabilitylist)
         at: datetime | None = None
         seen: list[str] = []
+        read = 0
         skipped: list[str] = []
 
         def skip(part: str, reason: str, referrer: str | None) -> None:
@@ -263,6 +270,9 @@ class Planner:
                 if len(seen) >= _BATCH:
                     plan.seen(seen)
                     seen.clear()
+                    read += _BATCH
+                    if self.run.progress:
+                        self.run.progress("read", read, 0, 0)
                 self.fetch_unless_held(res, plan, report)
             tell_warnings(visit.reader, report)
         plan.seen(seen)

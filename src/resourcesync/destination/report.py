@@ -132,6 +132,8 @@ class AuditReport:
     different: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
+    #: Examples kept of each kind (None: every one).
+    limit: int | None = field(default=EXAMPLES, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -139,11 +141,12 @@ class AuditReport:
 
     def note(self, kind: str, uri: str) -> None:
         ex = self.examples.setdefault(kind, [])
-        if len(ex) < EXAMPLES:
+        if self.limit is None or len(ex) < self.limit:
             ex.append(uri)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        out.pop("limit")
         out["in_sync_ok"] = self.ok
         out["seconds"] = round(self.seconds, 3)
         return out

@@ -50,6 +50,8 @@ class Transfer:
         total = plan.count("fetch")
         if total == 0:
             return
+        if self.run.progress:
+            self.run.progress("plan", 0, total, plan.planned_bytes())
         transfers = asyncio.Semaphore(opts.transfers)
         hosts: dict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(opts.per_host))
         next_slot: dict[str, float] = defaultdict(float)

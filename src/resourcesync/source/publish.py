@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -285,6 +286,8 @@ def _publish(
             if dry_run:
                 continue
             publisher = _SetPublisher(config, s, state, scan, clock)
+            if progress is not None:
+                publisher.phase = functools.partial(_tell_phase, progress, s.name)
             publisher.run()
             result.documents = publisher.documents
             result.written = publisher.written
@@ -317,6 +320,15 @@ def _publish(
                 if run is not None:
                     state.put("published_run", str(run[0]))
     return PublishResult(results, dry_run, time.monotonic() - started)
+
+
+def _no_phase(what: str) -> None:
+    pass
+
+
+def _tell_phase(progress: Progress, name: str, what: str) -> None:
+    """A step of a set's run, for the status line (a count below zero: no count)."""
+    progress(f"{name}: {what}", -1)
 
 
 class _SetPublisher:
@@ -447,12 +459,16 @@ class _SetPublisher:
 
     # -- the run ---------------------------------------------------------------------------
 
+    #: Told of each step of the run (the command's status line shows it).
+    phase: Callable[[str], None] = staticmethod(_no_phase)
+
     def run(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(self.dir)
         caps = self.s.capabilities
         entries: list[Resource] = []
         if "resourcelist" in caps:
+            self.phase("writing the Resource List")
             self.resourcelist()
             entries += [
                 Resource(loc=self.link_url("resourcelist.xml"), capability="resourcelist"),
@@ -462,6 +478,7 @@ class _SetPublisher:
                 ),
             ]
         if "resourcedump" in caps:
+            self.phase("packaging the Resource Dump")
             self.resourcedump()
             entries += [
                 Resource(loc=self.link_url("resourcedump.xml"), capability="resourcedump"),
@@ -471,6 +488,7 @@ class _SetPublisher:
                 ),
             ]
         if "changelist" in caps:
+            self.phase("writing the Change Lists")
             self.changelist()
             entries += [
                 Resource(loc=self.link_url("changelist.xml"), capability="changelist"),
@@ -479,6 +497,7 @@ class _SetPublisher:
                 ),
             ]
         if "changedump" in caps:
+            self.phase("packaging the Change Dump")
             self.changedump()
             entries += [
                 Resource(loc=self.link_url("changedump.xml"), capability="changedump"),
@@ -487,6 +506,7 @@ class _SetPublisher:
                 ),
             ]
         if self.s.hub:
+            self.phase("notifying the hub")
             self.notify()
             entries.append(
                 Resource(
