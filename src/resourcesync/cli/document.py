@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from ..hashing import format_hashes
+from ..iri import display_iri
 from ..jsonable import link_json
 from ..model import Document, Resource
 from ..sitemap import Mapping, Resolver, walk
@@ -259,12 +260,18 @@ def cat(
                 _show_warnings(visit.reader)
                 continue
             if tty:
+                # For people: a header, and IRIs as they read them (issue 14.16, 14.18); a
+                # pipe and --json keep URIs as the document has them.
                 console = _console()
                 _print_header(console, doc, visit.name)
+                console.print(
+                    f"[bold]{'TIME':<27} {'CHANGE/CAPABILITY':<22} {'LENGTH':>10}  URI"
+                    "  HASHES[/bold]"
+                )
                 for _, res in visit.entries():
                     when, change, length, hashes, loc = _row(res).split("\t")
                     console.print(
-                        f"{when:<27} {change:<22} {length:>10}  {_escape(loc)}"
+                        f"{when:<27} {change:<22} {length:>10}  {_escape(display_iri(loc))}"
                         + (f"  [dim]{_escape(hashes)}[/dim]" if hashes != "-" else "")
                     )
             else:
@@ -294,7 +301,7 @@ def _print_header(console: Any, doc: Document, name: str) -> None:
     )
     console.print(f"[bold]{_escape(name)}[/bold]: {_escape(kind)} {times}")
     for ln in doc.links:
-        console.print(f"  [dim]{_escape(ln.rel)}[/dim] {_escape(ln.href)}")
+        console.print(f"  [dim]{_escape(ln.rel)}[/dim] {_escape(display_iri(ln.href))}")
 
 
 __all__ = ["cat", "validate"]

@@ -14,6 +14,7 @@ from typing import IO, Any
 import click
 
 from ..errors import FormatError, ReadError, ResourceSyncError
+from ..iri import display_iri
 from ..lirs.codec import (
     LirsWarning,
     LirsWriter,
@@ -101,13 +102,18 @@ def cat(source: str, as_json: bool, strict: bool, encoding: str | None) -> None:
         open_lirs(source, encoding=encoding, strict=strict, on_warning=warnings) as reader,
     ):
         write = sys.stdout.write
+        tty = sys.stdout.isatty() and not as_json
+        if tty:
+            # A header for people; a pipe gets the records alone (issue 14.18).
+            write(f"{'LAST-MODIFIED':20}  {'LAST-DETECTED':20}  {'LENGTH':>10}  URL  TITLE\n")
         for record in reader:
             if as_json:
                 write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
             else:
+                url = display_iri(record.url) if tty else record.url
                 write(
                     f"{_time(record.last_modified):20}  {_time(record.last_detected):20}  "
-                    f"{record.content_length:>10}  {record.url}  {record.title}\n"
+                    f"{record.content_length:>10}  {url}  {record.title}\n"
                 )
     warnings.finish()
 

@@ -57,6 +57,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ..iri import display_iri
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, STATE_DIR, PublishConfig
 from .inventory import guess_type
 
@@ -677,7 +678,10 @@ def _size(n: int | None) -> str:
 
 
 def _a(url: str, text: str | None = None) -> str:
-    return f'<a href="{html.escape(url)}">{html.escape(text if text is not None else url)}</a>'
+    """A link; its text, when it is the URL itself, shown as an IRI (decoded: people read
+    `新着`, not `%E6%96%B0%E7%9D%80`; issue 14.16) while the href keeps the URI."""
+    shown = text if text is not None else display_iri(url)
+    return f'<a href="{html.escape(url)}">{html.escape(shown)}</a>'
 
 
 def _time(value: str | None) -> str:
