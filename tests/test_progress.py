@@ -19,11 +19,12 @@ from tests.destination.helpers import published_source
 FILES = {f"d/f{i:03d}.txt": b"x" * (100 + i) for i in range(60)}
 
 
-def _in_a_terminal(argv: list[str]) -> tuple[int, str]:
+def _in_a_terminal(argv: list[str], **extra: str) -> tuple[int, str]:
     """Run `argv` with its stdin, stdout and stderr on a pseudo-terminal; all it printed."""
     leader, follower = pty.openpty()
     env = {**os.environ, "COLUMNS": "120", "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
+    env.update(extra)
     proc = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=env)
     os.close(follower)
     out = b""

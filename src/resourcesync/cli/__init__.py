@@ -12,21 +12,26 @@ import click
 
 from .. import __version__
 
-#: Command name → (module under resourcesync.cli, attribute), in the order the help lists them.
+#: Command name → (module under resourcesync.cli, attribute), in the order the help lists them:
+#: the order of the work (issue 14.18).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "validate": ("document", "validate"),
-    "cat": ("document", "cat"),
+    # A Source: publish, serve (or both, watching); check what was published.
     "publish": ("publish", "publish"),
     "serve": ("serve", "serve"),
     "source": ("serve", "source"),
+    "validate": ("document", "validate"),
+    "cat": ("document", "cat"),
+    # A Destination: copy, check, look inside.
     "sync": ("sync", "sync"),
     "audit": ("sync", "audit"),
     "ls": ("ls", "ls"),
+    # Between them, and at scale.
     "hub": ("hub", "hub"),
-    "lirs": ("lirs", "lirs"),
-    "antenna": ("lirs", "antenna"),
     "fleet": ("fleet", "fleet"),
     "worker": ("worker", "worker"),
+    # LIRS, the antenna sites' format.
+    "lirs": ("lirs", "lirs"),
+    "antenna": ("lirs", "antenna"),
 }
 
 

@@ -93,6 +93,24 @@ def summary_line(
     return f"resourcesync: {command} {verdict}: {shown}; {took}" + (f" ({rate})" if rate else "")
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail with one line when `host:port` cannot be listened on (the port in use, a host
+    that is not ours) — before a server starts and says it in its own words (issue 14.18)."""
+    import socket
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                fail(f"cannot listen on {host}:{port}: the port is in use (choose another --port)")
+            fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+
+
 def fail(message: str, code: int = EXIT_ERROR) -> None:
     """Print one line on stderr and exit with `code`."""
     click.echo(f"resourcesync: {message}", err=True)

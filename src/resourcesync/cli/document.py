@@ -118,6 +118,11 @@ def validate(
     """Check documents (files or URLs) against the ResourceSync rules.
 
     Exit 0 when there are no errors, 1 when there are, 2 when a target cannot be read.
+
+    \b
+    Example:
+      resourcesync validate https://example.org/.well-known/resourcesync --follow
+      resourcesync validate site/.well-known/resourcesync --map https://example.org/=site
     """
 
     def show(f: Finding) -> None:
@@ -237,6 +242,11 @@ def cat(
 
     On a terminal, a readable listing; in a pipe, tab-separated lines (time, change or
     capability, length, hashes, URI); with --json, JSON Lines.
+
+    \b
+    Example:
+      resourcesync cat https://example.org/dataset1/changelist.xml
+      resourcesync cat resourcelist.xml --json | jq -r .loc
     """
     tty = sys.stdout.isatty()
     with http_client([target], timeout) as client:

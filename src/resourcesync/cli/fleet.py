@@ -74,6 +74,11 @@ def fleet() -> None:
     Each Source's copy lives at ROOT/NAME/ (or its --dest). Embedded by default (SQLite under
     ROOT, syncs in this process); with --broker and --db, the syncs run on Celery workers
     (`resourcesync worker`) sharing a PostgreSQL store.
+
+    \b
+    Example:
+      resourcesync fleet add https://repo.example.org/ --name repo --every 6h
+      resourcesync fleet run --once && resourcesync fleet status
     """
 
 
@@ -83,7 +88,11 @@ def fleet() -> None:
 @click.option("--dest", type=click.Path(file_okay=False), help="Its copy elsewhere than ROOT/NAME.")
 @click.option("--every", type=DURATION, default="1h", show_default=True, help="How often to sync.")
 @click.option(
-    "--via", type=click.Choice(["auto", "lists", "dumps"]), default="auto", show_default=True
+    "--via",
+    type=click.Choice(["auto", "lists", "dumps"]),
+    default="auto",
+    show_default=True,
+    help="Its syncs from lists + GETs or from dump packages (as sync --via).",
 )
 @click.option("--delete", is_flag=True, help="Apply the Source's deletions to the copy.")
 @click.option(
@@ -113,7 +122,12 @@ def add(
     root: Path,
     db: str | None,
 ) -> None:
-    """Register SOURCE (its site or Source Description URL). It runs at the next `fleet run`."""
+    """Register SOURCE (its site or Source Description URL). It runs at the next `fleet run`.
+
+    \b
+    Example:
+      resourcesync fleet add https://repo.example.org/ --name repo --every 6h --delete
+    """
     from ..fleet import Entry
     from ..fleet.registry import parse_header
 
@@ -135,7 +149,12 @@ def add(
 @handle_errors
 def remove(name: str, root: Path, db: str | None) -> None:
     """Stop following NAME (its copy's files are left where they are; the state the fleet
-    kept for it goes)."""
+    kept for it goes).
+
+    \b
+    Example:
+      resourcesync fleet remove repo
+    """
     with _store(root, db) as store:
         if not store.remove(name):
             fail(f"no Source named {name!r} in this fleet")
@@ -147,7 +166,12 @@ def remove(name: str, root: Path, db: str | None) -> None:
 @handle_errors
 def list_(root: Path, db: str | None) -> None:
     """The registered Sources: NAME, SOURCE, every (seconds), via, delete, follow —
-    tab-separated."""
+    tab-separated.
+
+    \b
+    Example:
+      resourcesync fleet list
+    """
     with _store(root, db) as store:
         for row in store.rows():
             e = row.entry
@@ -163,7 +187,12 @@ def list_(root: Path, db: str | None) -> None:
 def import_(file: Path, replace: bool, root: Path, db: str | None) -> None:
     """Register every Source of FILE: TOML (`[[source]]` tables with name, source, and
     optionally dest, every, via, delete, headers) or CSV (a header row naming those columns).
-    All or nothing: one bad entry and none is registered."""
+    All or nothing: one bad entry and none is registered.
+
+    \b
+    Example:
+      resourcesync fleet import sources.csv
+    """
     from ..fleet import read_entries
 
     entries = list(read_entries(file))  # all checked before the first is stored
@@ -222,7 +251,13 @@ def _line(row: Row, outcome: Outcome) -> None:
     show_default=True,
     help="Longest wait after failures.",
 )
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Seconds one connect or read of a sync may wait without progress.",
+)
 @click.option(
     "--retries",
     type=click.IntRange(0, 20),
@@ -285,7 +320,13 @@ def run(
     """Run each Source's sync when it is due: its first run is a baseline, later ones are
     incremental; a failing Source is retried after a growing wait. Keeps going until stopped
     (Ctrl-C, SIGTERM: the syncs in flight finish and are recorded first); with --once, runs
-    what is due and exits 0 when every sync succeeded, 1 otherwise."""
+    what is due and exits 0 when every sync succeeded, 1 otherwise.
+
+    \b
+    Example:
+      resourcesync fleet run --once --all
+      resourcesync fleet run --broker redis://queue/0 --db postgresql://db/fleet
+    """
     if all_ and not once:
         fail("--all goes with --once")
     if status_port is not None:
@@ -443,7 +484,12 @@ def _cluster(
 @handle_errors
 def status(as_json: bool, html_file: Path | None, root: Path, db: str | None) -> None:
     """Per Source: last run and result, counts, cursor, lag, next run, consecutive failures and
-    the last error; then the totals. Exit 0 when no Source is failing, 1 otherwise."""
+    the last error; then the totals. Exit 0 when no Source is failing, 1 otherwise.
+
+    \b
+    Example:
+      resourcesync fleet status --json | jq '.sources[] | select(.ok == false)'
+    """
     from ..fleet.status import Totals, entry_status, rows_html, write_json
 
     now = time.time()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._common import handle_errors
+from ._common import check_port, handle_errors
 
 if TYPE_CHECKING:
     from ..hub.config import IPNetwork
@@ -37,7 +37,13 @@ def _split_allow(values: tuple[str, ...]) -> tuple[tuple[IPNetwork, ...], frozen
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on (0: any free one).",
+)
 @click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -85,13 +91,44 @@ def _split_allow(values: tuple[str, ...]) -> tuple[tuple[IPNetwork, ...], frozen
     is_flag=True,
     help="Allow callbacks on private, link-local and other non-public addresses.",
 )
-@click.option("--lease-min", type=_LEASE, default=300, show_default=True, metavar="SECONDS")
-@click.option("--lease-max", type=_LEASE, default=2_678_400, show_default=True, metavar="SECONDS")
-@click.option("--lease-default", type=_LEASE, default=864_000, show_default=True, metavar="SECONDS")
 @click.option(
-    "--max-notification-bytes", type=click.IntRange(1), default=1 << 20, show_default=True
+    "--lease-min",
+    type=_LEASE,
+    default=300,
+    show_default=True,
+    metavar="SECONDS",
+    help="The shortest lease granted (a shorter one asked is raised to it).",
 )
-@click.option("--max-form-bytes", type=click.IntRange(1), default=16 << 10, show_default=True)
+@click.option(
+    "--lease-max",
+    type=_LEASE,
+    default=2_678_400,
+    show_default=True,
+    metavar="SECONDS",
+    help="The longest lease granted (a longer one asked is cut to it).",
+)
+@click.option(
+    "--lease-default",
+    type=_LEASE,
+    default=864_000,
+    show_default=True,
+    metavar="SECONDS",
+    help="The lease granted when a subscriber asks for none.",
+)
+@click.option(
+    "--max-notification-bytes",
+    type=click.IntRange(1),
+    default=1 << 20,
+    show_default=True,
+    help="The largest notification body a publisher may post.",
+)
+@click.option(
+    "--max-form-bytes",
+    type=click.IntRange(1),
+    default=16 << 10,
+    show_default=True,
+    help="The largest subscription request (form) body.",
+)
 @click.option(
     "--timeout",
     type=click.FloatRange(0.1),
@@ -161,6 +198,7 @@ def _split_allow(values: tuple[str, ...]) -> tuple[tuple[IPNetwork, ...], frozen
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="info",
     show_default=True,
+    help="What the hub logs (info: each subscription and delivery).",
 )
 @handle_errors
 def hub(
@@ -200,6 +238,10 @@ def hub(
     sha256=…), and retried with backoff until the lease ends. Restarting the hub loses nothing.
 
     Callbacks on loopback and private addresses are refused unless allowed.
+
+    \b
+    Example:
+      resourcesync hub --port 8080 --db hub.sqlite --token SECRET
     """
     from ..http import RetryPolicy
     from ..hub import AddressPolicy, HubConfig, create_app
@@ -232,6 +274,7 @@ def hub(
         publish_rate=publish_rate,
         publish_burst=publish_burst,
     )
+    check_port(host, port)
     app = create_app(config, db, path=url_path)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(message)s")
     import asyncio

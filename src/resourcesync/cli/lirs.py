@@ -85,7 +85,12 @@ def _time(seconds: int) -> str:
 
 @click.group("lirs")
 def lirs() -> None:
-    """LIRS: read, write, merge, and convert to and from ResourceSync."""
+    """LIRS: read, write, merge, and convert to and from ResourceSync.
+
+    \b
+    Example:
+      resourcesync lirs cat https://antenna.example.jp/di.lirs.gz
+    """
 
 
 @lirs.command("cat")
@@ -95,7 +100,12 @@ def lirs() -> None:
 @click.option("--encoding", callback=_check_encoding, help="Input encoding (default: detect).")
 @handle_errors
 def cat(source: str, as_json: bool, strict: bool, encoding: str | None) -> None:
-    """Print the records of FILE or URL (gzip and encoding detected)."""
+    """Print the records of FILE or URL (gzip and encoding detected).
+
+    \b
+    Example:
+      resourcesync lirs cat sites.lirs --json
+    """
     warnings = Warnings()
     with (
         strict_exit(strict),
@@ -209,6 +219,10 @@ def write(
 
     SOURCE is read as JSON Lines when it starts with `{`, as LIRS otherwise; `-` is stdin
     (JSON Lines).
+
+    \b
+    Example:
+      resourcesync lirs cat sites.lirs --json | resourcesync lirs write - --out sites.lirs.gz
     """
     warnings = Warnings()
     with strict_exit(strict), contextlib.ExitStack() as stack:
@@ -273,7 +287,12 @@ def merge(
     as_json: bool,
 ) -> None:
     """Merge LIRS feeds: one record per URL, the fresher observation (larger Last-Detected)
-    winning; Last-Detected is carried over, never set to the time of merging."""
+    winning; Last-Detected is carried over, never set to the time of merging.
+
+    \b
+    Example:
+      resourcesync lirs merge a.lirs b.lirs.gz --out merged.lirs
+    """
     warnings = Warnings()
     now = int(time.time()) if now is None else now
 
@@ -316,6 +335,7 @@ def merge(
     type=click.Choice(["changelist", "resourcelist"]),
     default="changelist",
     show_default=True,
+    help="Write the records as a Change List (each a change at its time) or a Resource List.",
 )
 @click.option("-o", "--output", "out", required=True, help="Output document (- = stdout).")
 @click.option("--capability-list", help="URL of the Capability List, linked as rel=up.")
@@ -333,7 +353,12 @@ def to_resourcesync(
     as_json: bool,
 ) -> None:
     """Convert LIRS to a Change List or Resource List; title, author and the other fields are
-    kept as rs:md attributes in the namespace https://resourcesync.dev/ns/lirs#."""
+    kept as rs:md attributes in the namespace https://resourcesync.dev/ns/lirs#.
+
+    \b
+    Example:
+      resourcesync lirs to-resourcesync sites.lirs --out ./public --base-url https://example.org/
+    """
     from ..lirs.convert import to_resourcesync as convert
 
     warnings = Warnings()
@@ -382,6 +407,10 @@ def from_resourcesync(
     """Convert a Resource List or Change List (file or URL; an index is followed) to LIRS.
 
     Last-Detected is each entry's lirs:detected, else the document's `at`/`until`, else now.
+
+    \b
+    Example:
+      resourcesync lirs from-resourcesync https://example.org/ --out sites.lirs
     """
     from ..lirs.convert import from_resourcesync as convert
 
@@ -407,7 +436,13 @@ def from_resourcesync(
 
 @click.command("antenna")
 @click.argument("urls", type=click.Path(dir_okay=False))
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Where the antenna keeps its state and writes its LIRS, lists and page.",
+)
 @click.option(
     "--interval",
     type=click.FloatRange(min=0),
@@ -420,8 +455,20 @@ def from_resourcesync(
 )
 @click.option("--state", help="SQLite state file (default: OUT/antenna.sqlite).")
 @click.option("--base-url", default="", help="URL where OUT is published (for the documents).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=20.0, show_default=True)
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=20.0,
+    show_default=True,
+    help="Seconds one check of a site may wait without progress.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Sites checked at once (at most two per host).",
+)
 @click.option(
     "--per-host",
     type=click.IntRange(min=1),
@@ -457,7 +504,13 @@ def from_resourcesync(
     show_default=True,
     help="Relayed records older than this (seconds since Last-Detected) are dropped.",
 )
-@click.option("--tz-offset", type=click.IntRange(-86400, 86400), default=32400, show_default=True)
+@click.option(
+    "--tz-offset",
+    type=click.IntRange(-86400, 86400),
+    default=32400,
+    show_default=True,
+    help="The time zone written in the LIRS records, in seconds east of UTC (Japan: 32400).",
+)
 @click.option("--json", "as_json", is_flag=True, help="A JSON summary per round.")
 @handle_errors
 def antenna(
@@ -479,7 +532,12 @@ def antenna(
     as_json: bool,
 ) -> None:
     """Check the sites listed in URLS (one `URL [title]` a line) and publish what changed:
-    OUT/antenna.lirs.gz, resourcelist.xml, changelist.xml and index.html."""
+    OUT/antenna.lirs.gz, resourcelist.xml, changelist.xml and index.html.
+
+    \b
+    Example:
+      resourcesync antenna urls.txt --out ./antenna
+    """
     from ..lirs.antenna import Antenna, AntennaConfig, read_site_list
 
     config = AntennaConfig(

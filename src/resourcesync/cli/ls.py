@@ -39,7 +39,9 @@ def ls(dest: Path, uris: tuple[str, ...], as_json: bool) -> None:
     terminal. With --json, JSON Lines: {"uri", "path", "length", "hashes", "etag",
     "last_modified", "links": [{"rel", "href", …}]}. Exit 1 when a URI given is not held.
 
-    Example: resourcesync ls ./copy --json | jq 'select(.links != [])'
+    \b
+    Example:
+      resourcesync ls ./copy --json | jq 'select(.links != [])'
     """
     state_path = dest / STATE_DIR_NAME / STATE_FILE
     if not state_path.is_file():

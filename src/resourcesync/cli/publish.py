@@ -141,6 +141,7 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Choice(["1.0", "1.1"]),
             default="1.1",
             show_default=True,
+            help="The ResourceSync version the documents follow (1.0: for old Destinations).",
         ),
         click.option("--fsync", is_flag=True, help="fsync every file (power-loss safety)."),
     ]
@@ -222,7 +223,9 @@ def publish(
     Resource List, Change Lists (rotated into an index and archive), dumps and archives.
     Ends with one summary line on stdout (counts, bytes, rate, time).
 
-    Example: resourcesync publish ./files --base-url https://example.org/files/ --out ./public
+    \b
+    Example:
+      resourcesync publish ./files --base-url https://example.org/files/ --out ./public
     """
     from ..source.publish import publish as run_publish
 

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import click
 
 from ..errors import ResourceSyncError
-from ._common import fail, handle_errors
+from ._common import check_port, fail, handle_errors
 
 _RESOURCES_HELP = (
     "Serve the resources of set NAME from DIR (repeatable); without NAME=, the only set's "
@@ -22,7 +22,13 @@ _RESOURCES_HELP = (
 def _server_options(func: Any) -> Any:
     options = [
         click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind."),
-        click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True),
+        click.option(
+            "--port",
+            type=click.IntRange(0, 65535),
+            default=8000,
+            show_default=True,
+            help="Port to listen on (0: any free one).",
+        ),
         click.option(
             "--robots",
             type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -56,6 +62,8 @@ def _parse_resources(values: tuple[str, ...]) -> dict[str | None, Path]:
 
 def _uvicorn(app: Any, host: str, port: int, log_level: str) -> Any:
     import uvicorn
+
+    check_port(host, port)
 
     config = uvicorn.Config(
         app, host=host, port=port, log_level=log_level, lifespan="off", server_header=False
@@ -100,6 +108,10 @@ def serve(
     Resource List, the documents, the resources (with Link: rel="resourcesync", validators,
     conditional and range requests) and a landing page for people. A new publication is
     picked up at the next request. Nothing outside OUTDIR and the sets' directories is served.
+
+    \b
+    Example:
+      resourcesync serve ./public --port 8000
     """
     from ..source.server import create_app
 
@@ -184,6 +196,10 @@ def source(
     Takes `publish`'s options. Without --base-url, DIR is published at
     http://HOST:PORT/<name of DIR>/; without --out, the documents go to a folder beside DIR
     (DIR-resourcesync). Hidden names (.x) are neither published nor served.
+
+    \b
+    Example:
+      resourcesync source ./files --base-url http://127.0.0.1:8000/files/ --out ./public
     """
     from ..source.publish import publish
     from ..source.server import create_app, republish_on_change

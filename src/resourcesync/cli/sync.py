@@ -133,8 +133,21 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help="Seconds between requests to one host (politeness).",
         ),
-        click.option("--retries", type=click.IntRange(0, 20), default=3, show_default=True),
-        click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True),
+        click.option(
+            "--retries",
+            type=click.IntRange(0, 20),
+            default=3,
+            show_default=True,
+            help="Attempts after the first, with backoff, for a request that fails for a "
+            "reason worth retrying (connection, 5xx, 429; Retry-After honoured).",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0.1),
+            default=30.0,
+            show_default=True,
+            help="Seconds one connect or read may wait without progress.",
+        ),
         click.option(
             "--header",
             "header",
@@ -558,6 +571,11 @@ def sync(
 
     The first run is a baseline; later runs are incremental from where the last one stopped.
     Exit 0 when everything was applied, 1 when something failed or was refused, 2 on error.
+
+    \b
+    Example:
+      resourcesync sync https://example.org/ ./copy
+      resourcesync sync https://example.org/ ./copy --delete --follow
     """
 
     if o.get("since") is not None and (o.get("baseline") or o.get("repair")):
@@ -644,6 +662,35 @@ def _sync(
     sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
 
 
+def _event_line(kind: str, detail: Any) -> str:
+    """A follower's event as a person reads it: when, what, and its details as words
+    (`reason: …, retry in 4.0 s`), not a Python dict (issue 14.18)."""
+    from ..iri import display_iri
+    from ..w3cdt import format_w3c
+
+    def word(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.1f}"
+        if isinstance(value, str) and value.startswith(("http://", "https://")):
+            return display_iri(value)
+        return str(value)
+
+    if isinstance(detail, dict):
+        text = ", ".join(
+            f"{k.replace('_', ' ')} {word(v)}{' s' if k == 'retry_in' else ''}"
+            for k, v in detail.items()
+        )
+    elif isinstance(detail, list):
+        text = "; ".join(
+            " ".join(word(v) for v in item.values() if v) if isinstance(item, dict) else word(item)
+            for item in detail
+        )
+    else:
+        text = word(detail)
+    stamp = format_w3c(datetime.now(UTC).replace(microsecond=0))
+    return f"{stamp} resourcesync: {kind.replace('-', ' ')}: {text}"
+
+
 def _follow(
     source: str,
     dest: Path,
@@ -683,7 +730,7 @@ def _follow(
         elif hasattr(detail, "sets") and hasattr(detail, "dry_run"):
             _summary(detail)
         else:
-            click.echo(f"resourcesync: {kind}: {detail}", err=True)
+            click.echo(_event_line(kind, detail), err=True)
 
     follow(
         source,
@@ -714,7 +761,9 @@ def audit(source: str, dest: Path, as_json: bool, verbose: bool, quiet: bool, **
     it): missing, extra and different resources. Exit 0 in sync, 1 when it differs, 2 on error.
     Ends with one summary line on stdout.
 
-    Example: resourcesync audit https://example.org/ ./copy
+    \b
+    Example:
+      resourcesync audit https://example.org/ ./copy
     """
     if not dest.is_dir():
         click.echo(f"resourcesync: {dest}: no such directory", err=True)

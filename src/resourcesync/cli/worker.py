@@ -54,6 +54,7 @@ from .fleet import DURATION
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
     default="INFO",
     show_default=True,
+    help="What the worker logs (INFO: each task and its outcome).",
 )
 @handle_errors
 def worker(
@@ -67,7 +68,12 @@ def worker(
 ) -> None:
     """Run a Celery worker that syncs the Sources a fleet's scheduler (`fleet run --broker
     --db`) queues. Start one on each machine; stop it with Ctrl-C or SIGTERM (its syncs in
-    flight finish first; a worker killed outright has its task redone by another)."""
+    flight finish first; a worker killed outright has its task redone by another).
+
+    \b
+    Example:
+      resourcesync worker --root /shared/harvest --broker redis://queue/0 --db postgresql://db/fleet
+    """
     import logging
     import os
 

@@ -171,6 +171,13 @@ def _plain(message: str) -> str:
 
 def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
     local = not is_url(source)
+    scheme = urlsplit(source).scheme
+    if local and "://" in source and scheme:
+        raise ReadError(
+            f"unsupported URL scheme {scheme + ':'!r}: a Source is an http:// or https:// URL, "
+            "or a document's file path",
+            source=source,
+        )
     base = source if (not local and urlsplit(source).path in ("", "/")) else ""
     # A site root is a page, not a document: discovery starts at once (well-known first).
     got = None if base else _try_document(source, client)

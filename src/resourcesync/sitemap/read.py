@@ -231,6 +231,14 @@ class DocumentReader:
             try:
                 f = open(path, "rb")  # noqa: SIM115 - closed by close()
             except FileNotFoundError:
+                scheme = urlsplit(str(source)).scheme
+                if "://" in str(source) and scheme:
+                    # `htp://…`, `ftp://…`: not a file that is missing, a URL we do not read.
+                    raise ReadError(
+                        f"unsupported URL scheme {scheme + ':'!r}: http:// and https:// URLs "
+                        "are read, or give a file's path",
+                        source=self.name,
+                    ) from None
                 raise ReadError("no such file", source=self.name) from None
             except IsADirectoryError:
                 raise ReadError("is a directory, not a document", source=self.name) from None
