@@ -43,6 +43,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 from secrets import token_hex
@@ -58,6 +59,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..iri import display_iri
+from ..w3cdt import parse_w3c
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, STATE_DIR, PublishConfig
 from .inventory import guess_type
 
@@ -659,11 +661,28 @@ class FileSend(Response):
 
 _CSS = """
 body{font:16px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
-h1{font-size:1.6rem}h2{font-size:1.3rem;margin-top:2rem}table{border-collapse:collapse;width:100%}
+h1{font-size:1.6rem;overflow-wrap:anywhere}h2{font-size:1.3rem;margin-top:2rem}
+a,code{overflow-wrap:anywhere}.scroll{overflow-x:auto}table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:.25rem .5rem;border-bottom:1px solid #ddd;vertical-align:top}
-td.n{text-align:right;font-variant-numeric:tabular-nums}code{font-size:.9em}
-ol.changes{padding-left:1.5rem}.muted{color:#666}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}time,td.n{white-space:nowrap}
+code{font-size:.9em}ol.changes{padding-left:1.5rem}.muted{color:#666}
+.copy{background:#f4f6f8;border:1px solid #dde;border-radius:6px;padding:.5rem 1rem;margin:1rem 0}
+.copy pre{margin:.25rem 0;white-space:pre-wrap;overflow-wrap:anywhere}
+@media (max-width:40rem){body{margin:1rem auto}.wide{display:none}}
 """
+
+
+def _when(value: str | None) -> str:
+    """A W3C datetime as people read it: `2026-11-25 05:13 UTC` (no microseconds)."""
+    try:
+        when = parse_w3c(value) if value else None
+    except ValueError:
+        return value or ""
+    if when is None:
+        return ""
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC)
+    return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _size(n: int | None) -> str:
@@ -685,34 +704,41 @@ def _a(url: str, text: str | None = None) -> str:
 
 
 def _time(value: str | None) -> str:
+    """A time for people (the exact W3C value stays in `datetime`); a dash when there is none,
+    never an empty cell (issue 14.17)."""
     if not value:
-        return ""
-    v = html.escape(value)
-    return f'<time datetime="{v}">{v}</time>'
+        return _NONE
+    return f'<time datetime="{html.escape(value)}">{html.escape(_when(value))}</time>'
 
 
-def _set_section(s: PublishedSet, heading: str) -> Iterator[str]:
+_NONE = '<span class="muted">—</span>'
+
+
+def _set_section(s: PublishedSet, heading: str, listing: bool) -> Iterator[str]:
     yield f'<section class="set" id="set-{html.escape(s.name)}">'
     yield heading
-    count = "" if s.resources is None else f"{s.resources} resources"
-    yield (
-        f"<p>{count} published at {_a(s.base_url)}. Capability List: {_a(s.capabilitylist_url)}</p>"
-    )
-    yield '<table class="documents"><thead><tr><th>Document</th><th>Capability</th>'
-    yield "<th>At</th><th>Completed</th><th>Size</th><th>Entries</th></tr></thead><tbody>"
+    count = "Resources" if s.resources is None else f"{s.resources:,} resources"
+    # The resources' folder is a link only when it can be listed: never a bare 404.
+    base = _a(s.base_url) if listing else f"<code>{html.escape(display_iri(s.base_url))}</code>"
+    yield f"<p>{count} published at {base}. Capability List: {_a(s.capabilitylist_url)}</p>"
+    yield '<div class="scroll"><table class="documents"><thead><tr><th>Document</th>'
+    yield '<th class="wide">Capability</th><th>At</th><th class="wide">Completed</th>'
+    yield '<th class="n">Size</th><th class="n">Entries</th></tr></thead><tbody>'
     for d in s.documents:
         name = d.path.rsplit("/", 1)[-1] + (" (index)" if d.index else "")
         span = ""
         if d.from_ or d.until:
             ends = [f"{w} {_time(t)}" for w, t in (("from", d.from_), ("until", d.until)) if t]
             span = f'<br><span class="muted">{" ".join(ends)}</span>'
+        at = _time(d.at) if d.at or not span else ""
         yield (
-            f"<tr><td>{_a(d.url, name)}</td><td>{html.escape(d.capability)}</td>"
-            f"<td>{_time(d.at)}{span}</td><td>{_time(d.completed)}</td>"
-            f'<td class="n">{_size(d.bytes)}</td>'
-            f'<td class="n">{"" if d.entries is None else d.entries}</td></tr>'
+            f'<tr><td>{_a(d.url, name)}</td><td class="wide">{html.escape(d.capability)}</td>'
+            f"<td>{at}{span.removeprefix('<br>') if not at else span}</td>"
+            f'<td class="wide">{_time(d.completed)}</td>'
+            f'<td class="n">{_size(d.bytes) or _NONE}</td>'
+            f'<td class="n">{_NONE if d.entries is None else f"{d.entries:,}"}</td></tr>'
         )
-    yield "</tbody></table>"
+    yield "</tbody></table></div>"
     if s.recent_changes:
         yield '<h3>Recent changes</h3><ol class="changes">'
         for c in s.recent_changes:
@@ -725,7 +751,9 @@ def _set_section(s: PublishedSet, heading: str) -> Iterator[str]:
     yield "</section>"
 
 
-def landing_page(pub: Publication, only: PublishedSet | None = None) -> str:
+def landing_page(
+    pub: Publication, only: PublishedSet | None = None, *, listing: bool = False
+) -> str:
     """The HTML page for `/` (every set) or for one set, with the discovery links in its head."""
     sets = [only] if only is not None else list(pub.sets)
     title = f"ResourceSync: {only.name}" if only else "ResourceSync Source"
@@ -751,12 +779,20 @@ def landing_page(pub: Publication, only: PublishedSet | None = None) -> str:
     out.append(f"<p>{intro}.</p>")
     if pub.published_at:
         out.append(f'<p class="muted">Last published {_time(pub.published_at)}.</p>')
+    where = urlsplit(pub.description_url or "")
+    if where.scheme in ("http", "https"):
+        # What a Destination runs, ready to copy (issue 14.17).
+        command = f"resourcesync sync {where.scheme}://{where.netloc}/ copy/"
+        out.append(
+            '<div class="copy"><p>Copy this Source (and keep the copy in step, run again):</p>'
+            f"<pre><code>{html.escape(command)}</code></pre></div>"
+        )
     for s in sets:
         if only is None:
             heading = f"<h2>{_a(_set_page_path(pub, s), s.name)}</h2>"
         else:
             heading = f"<p>{_a(_root_page_path(pub), 'All resource sets')}</p>"
-        out.extend(_set_section(s, heading))
+        out.extend(_set_section(s, heading, listing))
     out.append("</body></html>\n")
     return "\n".join(out)
 
@@ -789,20 +825,41 @@ def robots_txt(rules: str, pub: Publication) -> str:
 
 
 def _listing(found: Found, url_path: str) -> str:
-    names = []
+    """A folder's page (`--listing`): its entries with their sizes and times, and the way up;
+    styled as the landing page."""
+    rows = []
     with contextlib.suppress(OSError), os.scandir(found.path) as it:
         for entry in it:
             if entry.name.startswith("."):
                 continue
-            slash = "/" if entry.is_dir() else ""
-            names.append(entry.name + slash)
-    names.sort()
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            is_dir = entry.is_dir()
+            rows.append((not is_dir, entry.name + ("/" if is_dir else ""), st, is_dir))
+    rows.sort()
     title = html.escape(unquote_to_bytes(url_path).decode("utf-8", "replace"))
-    items = "".join(f"<li>{_a(quote(n), n)}</li>" for n in names)
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-        f"</head><body><h1>{title}</h1><ul>{items}</ul></body></html>\n"
-    )
+    body = [
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<style>{_CSS}</style></head><body><h1>{title}</h1>",
+    ]
+    if url_path.rstrip("/"):
+        body.append('<p><a href="../">↑ Parent folder</a></p>')
+    body.append('<div class="scroll"><table class="listing"><thead><tr><th>Name</th>')
+    body.append('<th class="n">Size</th><th>Modified</th></tr></thead><tbody>')
+    for _, name, st, is_dir in rows:
+        size = _NONE if is_dir else _size(st.st_size)
+        modified = datetime.fromtimestamp(st.st_mtime, UTC).isoformat()
+        body.append(
+            f'<tr><td>{_a(quote(name), name)}</td><td class="n">{size}</td>'
+            f"<td>{_time(modified)}</td></tr>"
+        )
+    if not rows:
+        body.append('<tr><td colspan="3" class="muted">(empty)</td></tr>')
+    body.append("</tbody></table></div></body></html>\n")
+    return "\n".join(body)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -842,7 +899,7 @@ class _Endpoints:
             return PlainTextResponse(_NOT_FOUND, 404)
         docs = list(pub.docs_path)
         if segments in ([], docs):
-            return self._page(request, landing_page(pub))
+            return self._page(request, landing_page(pub, listing=self.site.listing))
         rel = segments[len(docs) :] if segments[: len(docs)] == docs else None
         if (
             rel is not None
@@ -867,7 +924,7 @@ class _Endpoints:
         if rel is not None and len(rel) == 1 and (s := pub.set_named(rel[0])) is not None:
             if not trailing:
                 return RedirectResponse(_set_page_path(pub, s), 301)
-            return self._page(request, landing_page(pub, s), _link(s))
+            return self._page(request, landing_page(pub, s, listing=self.site.listing), _link(s))
         found = self.site.locate(segments)
         if found is None:
             return PlainTextResponse(_NOT_FOUND, 404)
