@@ -466,45 +466,32 @@ class _SetPublisher:
         self.dir.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(self.dir)
         caps = self.s.capabilities
-        entries: list[Resource] = []
-        if "resourcelist" in caps:
-            self.phase("writing the Resource List")
-            self.resourcelist()
-            entries += [
-                Resource(loc=self.link_url("resourcelist.xml"), capability="resourcelist"),
-                Resource(
-                    loc=self.link_url("resourcelist-archive.xml"),
-                    capability="resourcelist-archive",
-                ),
-            ]
-        if "resourcedump" in caps:
-            self.phase("packaging the Resource Dump")
-            self.resourcedump()
-            entries += [
-                Resource(loc=self.link_url("resourcedump.xml"), capability="resourcedump"),
-                Resource(
-                    loc=self.link_url("resourcedump-archive.xml"),
-                    capability="resourcedump-archive",
-                ),
-            ]
+        # The changes first, then the Resource List that already shows them: a run stopped in
+        # between (kill -9, a full disk) leaves the Change Lists ahead of the Resource List,
+        # which a Destination catches up with — never a Resource List ahead of the changes,
+        # which would let a Destination that follows them say ok over a copy that lacks what
+        # the new Resource List shows (found by the Destination's random walk, issue 10).
         if "changelist" in caps:
             self.phase("writing the Change Lists")
             self.changelist()
-            entries += [
-                Resource(loc=self.link_url("changelist.xml"), capability="changelist"),
-                Resource(
-                    loc=self.link_url("changelist-archive.xml"), capability="changelist-archive"
-                ),
-            ]
         if "changedump" in caps:
             self.phase("packaging the Change Dump")
             self.changedump()
-            entries += [
-                Resource(loc=self.link_url("changedump.xml"), capability="changedump"),
-                Resource(
-                    loc=self.link_url("changedump-archive.xml"), capability="changedump-archive"
-                ),
-            ]
+        if "resourcelist" in caps:
+            self.phase("writing the Resource List")
+            self.resourcelist()
+        if "resourcedump" in caps:
+            self.phase("packaging the Resource Dump")
+            self.resourcedump()
+        entries: list[Resource] = []
+        for kind in ("resourcelist", "resourcedump", "changelist", "changedump"):
+            if kind in caps:
+                entries += [
+                    Resource(loc=self.link_url(f"{kind}.xml"), capability=kind),
+                    Resource(
+                        loc=self.link_url(f"{kind}-archive.xml"), capability=f"{kind}-archive"
+                    ),
+                ]
         if self.s.hub:
             self.phase("notifying the hub")
             self.notify()
