@@ -77,11 +77,12 @@ def test_publish_says_which_step_it_is_in(tmp_path: Path) -> None:
     )
     publish(config, progress=lambda name, n: told.append((name, n)))
     steps = [name for name, n in told if n < 0]
+    # The changes before the Resource List that shows them (see test_publish_order.py).
     assert steps == [
-        "set1: writing the Resource List",
-        "set1: packaging the Resource Dump",
         "set1: writing the Change Lists",
         "set1: packaging the Change Dump",
+        "set1: writing the Resource List",
+        "set1: packaging the Resource Dump",
     ]
 
 

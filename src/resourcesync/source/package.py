@@ -97,11 +97,26 @@ class _Package:
         self.manifest_url = url_base + f"{name}-manifest.xml"
         self.algorithms = algorithms
         self.atomic = AtomicFile(self.path, make_parents=True)
-        self.zip = zipfile.ZipFile(self.atomic.file, "w", allowZip64=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}-manifest.", suffix=".tmp", dir=directory)
-        os.close(fd)
-        self.manifest_tmp = Path(tmp)
-        self.manifest = DocumentWriter(self.manifest_tmp, manifest_doc, spec_version=spec_version)
+        z: zipfile.ZipFile | None = None
+        tmp_path: Path | None = None
+        try:
+            z = zipfile.ZipFile(self.atomic.file, "w", allowZip64=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}-manifest.", suffix=".tmp", dir=directory)
+            os.close(fd)
+            tmp_path = Path(tmp)
+            manifest = DocumentWriter(tmp_path, manifest_doc, spec_version=spec_version)
+        except BaseException:
+            # Stopped half way (Ctrl-C, SIGTERM, a full disk): nothing left behind, and no
+            # ZipFile left to complain when collected after its file (issue 14.4).
+            _forget(z)
+            self.atomic.abort()
+            if tmp_path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp_path)
+            raise
+        self.zip = z
+        self.manifest_tmp = tmp_path
+        self.manifest = manifest
         self.size = 0
         self.count = 0
         self.first: datetime | None = None
@@ -182,12 +197,23 @@ class _Package:
         )
 
     def abort(self) -> None:
-        with contextlib.suppress(Exception):
-            self.zip.close()
+        _forget(self.zip)
         self.atomic.abort()
         self.manifest.abort()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.manifest_tmp)
+
+
+def _forget(z: zipfile.ZipFile | None) -> None:
+    """Close a ZIP being abandoned, and make sure it never tries again: a ZipFile collected
+    after its file was closed prints "Exception ignored … seek of closed file"."""
+    if z is None:
+        return
+    try:
+        with contextlib.suppress(Exception):
+            z.close()
+    finally:
+        z.fp = None
 
 
 def write_packages(
