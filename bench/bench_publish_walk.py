@@ -18,27 +18,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.source.walk import walk
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--initial", type=int, default=60)
-    parser.add_argument("--unsettled", action="store_true")
-    args = parser.parse_args()
+def run(walk_context: Any, steps: int, seed: int) -> int:
+    """Step a walk `steps` times, then settle it; print the counts and the time. 1 at the first
+    broken invariant (named with its step), else 0. Shared with bench_destination_walk.py."""
     started = time.monotonic()
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        walk(Path(tmp), args.seed, initial=args.initial, unsettled_syncs=args.unsettled) as w,
-    ):
+    with walk_context as w:
         step = 0
         try:
-            for step in range(1, args.steps + 1):
+            for step in range(1, steps + 1):
                 op = w.step()
                 w.counts[op] += 1
                 if step % 250 == 0:
@@ -53,10 +47,22 @@ def main() -> int:
         f"machine: {platform.machine()}, {platform.system()} {platform.release()}, Python "
         f"{platform.python_version()}"
     )
-    print(f"{args.steps} steps (seed {args.seed}) in {seconds:.0f} s; every invariant held")
+    print(f"{steps} steps (seed {seed}) in {seconds:.0f} s; every invariant held")
     for op, n in sorted(w.counts.items()):
         print(f"  {op}: {n}")
     return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--initial", type=int, default=60)
+    parser.add_argument("--unsettled", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        context = walk(Path(tmp), args.seed, initial=args.initial, unsettled_syncs=args.unsettled)
+        return run(context, args.steps, args.seed)
 
 
 if __name__ == "__main__":

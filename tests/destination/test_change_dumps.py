@@ -20,6 +20,28 @@ def _packages(out: Path) -> list[Path]:
     return sorted(out.rglob("changedumps/*/package-*.zip"))
 
 
+def _members(package: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(package) as zf:
+        return {info.filename: zf.read(info) for info in zf.infolist()}
+
+
+def _repackage(out: Path, package: Path, members: dict[str, bytes]) -> None:
+    """Rewrite `package` with `members`, and the Change Dump with its new length and digest
+    (a package the Source made so, not one altered on the way)."""
+    with zipfile.ZipFile(package, "w") as zf:
+        for name, body in members.items():
+            zf.writestr(name, body)
+    body = package.read_bytes()
+    dump = next(out.rglob("changedump.xml"))
+    dump.write_text(
+        re.sub(
+            r'hash="md5:[0-9a-f]+" length="\d+"',
+            f'hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}"',
+            dump.read_text(),
+        )
+    )
+
+
 def _edit(src: object, data: Path) -> None:
     (data / "a.txt").write_bytes(b"alpha 2")
     (data / "b.txt").unlink()
@@ -87,22 +109,9 @@ def test_a_member_that_differs_from_its_manifest_is_fetched_on_its_own(tmp_path:
         (package,) = _packages(src.out)
         # The package rebuilt with d.txt's bytes altered (same length), its manifest untouched,
         # and the Change Dump updated to the new package's length and digest.
-        with zipfile.ZipFile(package) as zf:
-            members = {info.filename: zf.read(info) for info in zf.infolist()}
-        name = next(n for n in members if n.endswith("d.txt"))
-        members[name] = b"DELTA"
-        with zipfile.ZipFile(package, "w") as zf:
-            for n, body in members.items():
-                zf.writestr(n, body)
-        body = package.read_bytes()
-        dump = next(src.out.rglob("changedump.xml"))
-        dump.write_text(
-            re.sub(
-                r'hash="md5:[0-9a-f]+" length="\d+"',
-                f'hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}"',
-                dump.read_text(),
-            )
-        )
+        members = _members(package)
+        members[next(n for n in members if n.endswith("d.txt"))] = b"DELTA"
+        _repackage(src.out, package, members)
         src.recorder.reset()
         code, summary = cli_json("sync", src.root, dest)
         s = set_report(summary)
@@ -192,10 +201,8 @@ def test_a_package_that_disagrees_with_the_change_list_is_not_taken(tmp_path: Pa
         # The package and its manifest rewritten consistently (and the Change Dump's digest
         # of the package too), but with other bytes for a.txt than the Change List lists.
         (package,) = _packages(src.out)
-        with zipfile.ZipFile(package) as zf:
-            members = {info.filename: zf.read(info) for info in zf.infolist()}
-        name = next(n for n in members if n.endswith("a.txt"))
-        members[name] = b"alpha X"
+        members = _members(package)
+        members[next(n for n in members if n.endswith("a.txt"))] = b"alpha X"
         other = hashlib.md5(b"alpha X").hexdigest()
         members["manifest.xml"] = re.sub(
             rb"(<loc>[^<]*a\.txt</loc>\s*(?:<lastmod>[^<]*</lastmod>\s*)?<rs:md[^>]*?)"
@@ -204,18 +211,7 @@ def test_a_package_that_disagrees_with_the_change_list_is_not_taken(tmp_path: Pa
             members["manifest.xml"],
         )
         assert other.encode() in members["manifest.xml"]
-        with zipfile.ZipFile(package, "w") as zf:
-            for n, body in members.items():
-                zf.writestr(n, body)
-        body = package.read_bytes()
-        dump = next(src.out.rglob("changedump.xml"))
-        dump.write_text(
-            re.sub(
-                r'hash="md5:[0-9a-f]+" length="\d+"',
-                f'hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}"',
-                dump.read_text(),
-            )
-        )
+        _repackage(src.out, package, members)
         src.recorder.reset()
         code, summary = cli_json("sync", src.root, dest)
         assert code == 0, summary
