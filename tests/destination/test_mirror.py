@@ -596,7 +596,6 @@ CHILD = textwrap.dedent(
     if mode == "stall":
         with m.incoming(uri) as inc:
             inc.write(b"N" * 100_000)
-            inc._file.flush()
             print("writing", flush=True)
             time.sleep(60)
     else:

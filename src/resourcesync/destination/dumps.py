@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import ReadError, ResourceSyncError
 from ..hashing import ALGORITHMS, MultiHasher
-from ..http import aiter_body, make_async_client, open_stream_async
+from ..http.transfer import TransferSession
 from ..model import Change, Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
@@ -371,14 +371,14 @@ def _extract_planned(run: Run, plan: Plan, key: str, report: SetReport, work: Pa
 
 async def _download(run: Run, package: Resource, target: Path) -> None:
     async with (
-        make_async_client(run.options.http) as client,
-        open_stream_async(package.loc, client=client, declared=package.length) as response,
+        TransferSession(run.options.http) as client,
+        client.open(package.loc, declared=package.length) as response,
     ):
         size = 0
         algos = [a for a in package.hashes if a in ALGORITHMS]
         hasher = MultiHasher(algos[:1])
         with open(target, "wb") as f:
-            async for chunk in aiter_body(response, package.loc, bandwidth=run.bandwidth):
+            async for chunk in response.body(run.bandwidth):
                 size += len(chunk)
                 hasher.update(chunk)
                 f.write(chunk)

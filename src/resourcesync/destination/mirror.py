@@ -182,23 +182,30 @@ def _authority(parts: SplitResult) -> tuple[str, str, int]:
     return scheme, parts.hostname or "", port if port is not None else _DEFAULT_PORTS[scheme]
 
 
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROLS_OR_BACKSLASH = re.compile("[\x00-\x1f\x7f-\x9f\\\\]")
+
+
 def _bad_chars(text: str, *, controls_only: bool = False) -> str | None:
     """Why `text` cannot be (part of) a file name, or None."""
-    for ch in text:
-        code = ord(ch)
-        if code == 0:
-            return "contains NUL"
-        if code < 0x20 or code == 0x7F or 0x80 <= code <= 0x9F:
-            return f"contains the control character {ch!r}"
-        if ch == "\\" and not controls_only:
-            return "contains a backslash"
-    return None
+    found = (_CONTROLS if controls_only else _CONTROLS_OR_BACKSLASH).search(text)
+    if found is None:
+        return None
+    ch = found.group()
+    if ch == "\0":
+        return "contains NUL"
+    if ch == "\\":
+        return "contains a backslash"
+    return f"contains the control character {ch!r}"
 
 
 def _decode_segments(raw_segments: Iterable[str]) -> list[str]:
     """Percent-decode each segment once (UTF-8, strict)."""
     out = []
     for raw in raw_segments:
+        if "%" not in raw and raw.isascii():
+            out.append(raw)  # nothing to decode
+            continue
         try:
             data = raw.encode("utf-8")
         except UnicodeEncodeError:
@@ -251,6 +258,8 @@ class Mirror:
                 "audited as part of it)",
                 source=str(self.backup_dir),
             )
+        self._dest_str = str(self.dest)
+        self._dest_prefix = self._dest_str.rstrip("/") + "/"
         self.state_dir = self.dest / STATE_DIR_NAME
         self._state_str = str(self.state_dir)
         self._state_real = os.path.realpath(self.state_dir)
@@ -323,30 +332,40 @@ class Mirror:
         return self._locate(uri)[0]
 
     def relpath(self, uri: str) -> str:
-        """`path_for(uri)` relative to DEST in POSIX form (absolute when mapped outside DEST)."""
-        path = self.path_for(uri)
-        try:
-            return path.relative_to(self.dest).as_posix()
-        except ValueError:
-            return path.as_posix()
+        """Where `uri` maps, relative to DEST in POSIX form (absolute when mapped outside DEST).
+        The mapping only: what lies on the disk there is checked by `path_for` and by every
+        write, not here."""
+        return self.stored(self._map(uri)[0])
 
     def stored(self, path: Path) -> str:
         """How a local path is kept in the state: relative to DEST, or absolute when a
         mapping puts it outside DEST."""
-        try:
-            return path.relative_to(self.dest).as_posix()
-        except ValueError:
-            return path.as_posix()
+        text = str(path)
+        if text.startswith(self._dest_prefix):
+            return text[len(self._dest_prefix) :]
+        return "." if text == self._dest_str else path.as_posix()
 
     def _locate(self, uri: str) -> tuple[Path, _Root]:
+        """Where `uri` maps, with what lies on the disk on the way checked."""
+        path, root = self._map(uri)
         try:
-            return self._locate_unchecked(uri)
+            self._check_location(path, root)
+        except UnsafePath as exc:
+            if exc.source is None:
+                exc.source = uri
+            raise
+        return path, root
+
+    def _map(self, uri: str) -> tuple[Path, _Root]:
+        """Where `uri` maps (the rules of the module docstring), from the URI alone."""
+        try:
+            return self._map_unchecked(uri)
         except UnsafePath as exc:
             if exc.source is None:
                 exc.source = uri
             raise
 
-    def _locate_unchecked(self, uri: str) -> tuple[Path, _Root]:
+    def _map_unchecked(self, uri: str) -> tuple[Path, _Root]:
         problem = _bad_chars(uri, controls_only=True)
         if problem:
             raise UnsafePath(f"URI {problem}")
@@ -398,7 +417,6 @@ class Mirror:
         path = root.directory.joinpath(*rest)
         if len(os.fsencode(path)) + _TEMP_OVERHEAD >= MAX_PATH_BYTES:
             raise UnsafePath("local path would be too long for the file system")
-        self._check_location(path, root)
         return path, root
 
     def _unmapped(self, parts: SplitResult, key: tuple[str, str, int]) -> Unmapped:
@@ -423,42 +441,22 @@ class Mirror:
         directories and regular files; a directory is checked again if it did not exist yet),
         so a sync of many files in one folder pays for the walk up its path once.
         """
-        state = self._state_str
-        if _is_within(str(path), state):
+        target = str(path)
+        if _is_within(target, self._state_str):
             raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
-        root_real = self._root_real(root)
-        parent = path.parent
-        known_parent = self._safe_dirs.get(str(parent))
         try:
-            if known_parent is None:
-                # A file where a directory is needed.
-                current = root.directory
-                for seg in path.relative_to(root.directory).parts[:-1]:
-                    current = current / seg
-                    try:
-                        st = os.stat(current)
-                    except FileNotFoundError:
-                        break
-                    if not stat.S_ISDIR(st.st_mode):
-                        raise UnsafePath(f"{current} conflicts with an existing file")
-                real_parent = os.path.realpath(parent)
-                if not _is_within(real_parent, root_real):
-                    raise UnsafePath(
-                        f"a symlink would take {path} out of {root.directory} (to {real_parent})"
-                    )
-                if _is_within(real_parent, self._state_real):
-                    raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
-                if os.path.isdir(parent):
-                    self._safe_dirs[str(parent)] = real_parent
+            parent = os.path.dirname(target)
+            if parent not in self._safe_dirs:
+                self._check_parents(path, parent, root)
             try:
-                st = os.lstat(path)
+                st = os.lstat(target)
             except FileNotFoundError:
                 return
             if stat.S_ISDIR(st.st_mode):
                 raise UnsafePath(f"{path} conflicts with an existing directory")
             if stat.S_ISLNK(st.st_mode):
-                real = os.path.realpath(path)
-                if not _is_within(real, root_real):
+                real = os.path.realpath(target)
+                if not _is_within(real, self._root_real(root)):
                     raise UnsafePath(
                         f"a symlink would take {path} out of {root.directory} (to {real})"
                     )
@@ -468,6 +466,46 @@ class Mirror:
                     raise UnsafePath(f"{path} conflicts with an existing directory")
         except OSError as exc:
             raise UnsafePath(f"cannot check {path}: {exc.strerror or exc}") from None
+
+    def _check_parents(self, path: Path, parent: str, root: _Root) -> None:
+        """Walk down from the root to `parent`, one `lstat` for each directory not yet known:
+        a file where a directory is needed, or a symlink out of the root or into the state, is
+        refused; each directory found safe is remembered with its real path. Below the first
+        missing one nothing exists, so nothing there can lead elsewhere."""
+        root_dir = str(root.directory)
+        real = self._root_real(root)
+        current = root_dir
+        rest = parent[len(root_dir) :].strip("/").split("/") if parent != root_dir else []
+        for i, seg in enumerate(rest):
+            current = f"{current}/{seg}" if current != "/" else f"/{seg}"
+            known = self._safe_dirs.get(current)
+            if known is not None:
+                real = known
+                continue
+            try:
+                st = os.lstat(current)
+            except FileNotFoundError:
+                below = os.path.join(real, *rest[i:])
+                if _is_within(below, self._state_real):
+                    raise UnsafePath(
+                        f"would land in the state directory {STATE_DIR_NAME}"
+                    ) from None
+                return
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(current)
+                if not _is_within(real, self._root_real(root)):
+                    raise UnsafePath(
+                        f"a symlink would take {path} out of {root.directory} (to {real})"
+                    )
+                if not os.path.isdir(real):
+                    raise UnsafePath(f"{current} conflicts with an existing file")
+            elif stat.S_ISDIR(st.st_mode):
+                real = f"{real}/{seg}" if real != "/" else f"/{seg}"
+            else:
+                raise UnsafePath(f"{current} conflicts with an existing file")
+            if _is_within(real, self._state_real):
+                raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
+            self._safe_dirs[current] = real
 
     def _root_real(self, root: _Root) -> str:
         real = self._roots_real.get(root.directory)
@@ -499,6 +537,11 @@ class Mirror:
 
     def _make_parents(self, path: Path, root: _Root, uri: str) -> None:
         """Create the missing directories between the root and `path` (fsync'd when asked)."""
+        parent = path.parent
+        if str(parent) in self._safe_dirs or (
+            parent == root.directory and root.directory in self._roots_real
+        ):
+            return  # there, and checked by `_check_location` (it remembers directories)
         missing = []
         current = path.parent
         while current != root.directory and not current.is_dir():
@@ -762,7 +805,7 @@ class Incoming:
         self._fsync = mirror.fsync
         self._hasher = MultiHasher(dict.fromkeys(["md5", *self.expected]))
         self._done = False
-        self._file = None
+        self._fd: int | None = None
         self.tmp: Path | None = None
         if mirror.dry_run:
             return
@@ -783,7 +826,10 @@ class Incoming:
         else:  # pragma: no cover - 100 collisions of 32 random bits
             raise ResourceSyncError(f"cannot create a temporary file beside {path}", source=uri)
         self.tmp = tmp
-        self._file = os.fdopen(fd, "wb", buffering=CHUNK)
+        # Written through the descriptor: the pieces that arrive are already large, and a
+        # buffered file object per resource costs its buffer (a megabyte) for a few hundred
+        # bytes of a typical resource.
+        self._fd = fd
 
     @property
     def received(self) -> int:
@@ -800,9 +846,11 @@ class Incoming:
                 f"more than the expected {self.length} bytes arrived", source=self.uri
             )
         self._hasher.update(data)
-        if self._file is not None:
+        if self._fd is not None:
             try:
-                self._file.write(data)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view) :]
             except OSError as exc:
                 self.abort()
                 raise ResourceSyncError(
@@ -829,12 +877,14 @@ class Incoming:
         if problems:
             self.abort()
             raise IntegrityError("mismatch: " + "; ".join(problems), source=self.uri)
-        if self._file is not None and self.tmp is not None:
+        if self._fd is not None and self.tmp is not None:
             try:
-                self._file.flush()
-                if self._fsync:
-                    os.fsync(self._file.fileno())
-                self._file.close()
+                fd, self._fd = self._fd, None
+                try:
+                    if self._fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
                 if self._mirror.backup_dir is not None and os.path.lexists(self.path):
                     try:
                         self._mirror.backup(self.path, self.uri, move=False)
@@ -858,9 +908,10 @@ class Incoming:
         if self._done:
             return
         self._done = True
-        if self._file is not None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
             with contextlib.suppress(OSError):
-                self._file.close()
+                os.close(fd)
         if self.tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)

@@ -298,7 +298,7 @@ class Planner:
             report.refuse(uri, exc)
             plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
             return
-        if not self.claim(uri, plan, report):
+        if not self.claim(uri, plan, report, path):
             return
         known = self.run.state.known(uri)
         if (
@@ -312,12 +312,13 @@ class Planner:
             return
         plan.add(uri, "fetch", res)
 
-    def claim(self, uri: str, plan: Plan, report: SetReport) -> bool:
+    def claim(self, uri: str, plan: Plan, report: SetReport, path: Path | None = None) -> bool:
         """Whether `uri` may have its local file: no other URI holds it, or claimed it first in
         this run, under any spelling a file system may take for the same name (`dir/` and
         `dir/index.html`, `q%3Fx` and `q?x`, NFC and NFD, case). The first owner keeps it; the
         other is refused and reported (issue 17.6, 17.7)."""
-        key = path_key(self.run.mirror.relpath(uri))
+        mirror = self.run.mirror
+        key = path_key(mirror.stored(path) if path is not None else mirror.relpath(uri))
         other = self.run.state.owner(key)
         if other is None or other == uri:
             other = plan.claim(key, uri)
@@ -413,7 +414,7 @@ class Planner:
                 )
                 continue
             try:
-                mirror.path_for(res.loc)
+                path = mirror.path_for(res.loc)
             except UnsafePath as exc:
                 report.refuse(res.loc, exc)
                 # Remembered while the Source lists it; forgotten once the Source deletes it.
@@ -422,7 +423,7 @@ class Planner:
                 if t is not None and t >= last.datetime:
                     last = Cursor(t, res.loc)
                 continue
-            if res.change != "deleted" and not self.claim(res.loc, plan, report):
+            if res.change != "deleted" and not self.claim(res.loc, plan, report, path):
                 continue
             action = "delete" if res.change == "deleted" else "fetch"
             plan.add(res.loc, action, res, sig=None if t is not None else undated_sig(res))

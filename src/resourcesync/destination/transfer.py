@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ReadError, ResourceSyncError
-from ..http import Unreachable, aiter_body, make_async_client, open_stream_async
+from ..http import HttpOptions, Unreachable
+from ..http.transfer import Fetched, TransferSession
 from ..model import Resource
 from .mirror import IntegrityError, UnsafePath
 from .options import Run
@@ -25,10 +26,8 @@ from .plan import Plan, same
 from .report import Action, SetReport
 from .state import keep_links
 
-__all__ = ["POOL", "Transfer"]
+__all__ = ["Transfer"]
 
-#: Connections per HTTP client in the transfer pipeline (see `Transfer.fetch_all`).
-POOL = 4
 #: Verified resources recorded per state transaction.
 RECORD_BATCH = 256
 
@@ -63,7 +62,7 @@ class Transfer:
         pending: set[asyncio.Task[None]] = set()
         progress = self.run.progress
 
-        async def one(client: Any, uri: str, res: Resource) -> None:
+        async def one(client: TransferSession, uri: str, res: Resource) -> None:
             nonlocal done
             host = urlsplit(uri).netloc.lower()
             async with transfers, hosts[host]:
@@ -92,11 +91,9 @@ class Transfer:
             if progress:
                 progress("fetch", done, total, report.bytes)
 
-        # Several small connection pools rather than one large one: httpcore's pool scans
-        # every connection for every request, which costs more than the transfers themselves
-        # past a few dozen connections.
-        shards = max(1, (opts.transfers + POOL - 1) // POOL)
-        clients = [make_async_client(opts.http) for _ in range(shards)]
+        # One pool for the run: the semaphores above bound what it opens.
+        client = TransferSession(opts.http, limit=opts.transfers, per_host=opts.per_host)
+        await client.__aenter__()
         # An error no transfer can report (the state database cannot be written: a full
         # disk) stops the run: every task's outcome is collected here, so none is left
         # "never retrieved", and the others are cancelled.
@@ -108,8 +105,8 @@ class Transfer:
                 errors.append(exc)
 
         try:
-            for n, (uri, res) in enumerate(plan.rows("fetch")):
-                task = asyncio.create_task(one(clients[n % shards], uri, res))
+            for uri, res in plan.rows("fetch"):
+                task = asyncio.create_task(one(client, uri, res))
                 pending.add(task)
                 task.add_done_callback(finished)
                 if len(pending) >= opts.transfers * 2:
@@ -132,8 +129,7 @@ class Transfer:
                     f"could not connect {opts.host_failures} times in a row: host given up, "
                     f"{skipped} more resources not fetched (retried by the next run)",
                 )
-            for c in clients:
-                await c.aclose()
+            await client.aclose()
 
     def _verified_copy(
         self, uri: str, path: Path, length: int | None, hashes: dict[str, str]
@@ -155,7 +151,7 @@ class Transfer:
 
     async def _fetch_one(
         self,
-        client: Any,
+        client: TransferSession,
         uri: str,
         res: Resource,
         key: str,
@@ -183,8 +179,8 @@ class Transfer:
                 if known.last_modified:
                     headers["If-Modified-Since"] = known.last_modified
             try:
-                async with open_stream_async(
-                    uri, client=client, headers=headers, accept=(304,), options=http
+                async with client.open(
+                    uri, headers=headers, accept=(304,), options=http
                 ) as response:
                     if response.status_code == 304:
                         # Not modified at the Source; trusted only if our copy is still what
@@ -227,7 +223,7 @@ class Transfer:
 
     async def _receive(
         self,
-        response: Any,
+        response: Fetched,
         uri: str,
         source: str,
         res: Resource,
@@ -243,7 +239,7 @@ class Transfer:
         # Written from the event loop: handing small files to worker threads was measured
         # to cost more (GIL hand-offs) than the file system calls it hid.
         with mirror.incoming(uri, length=res.length, hashes=hashes) as inc:
-            async for chunk in aiter_body(response, source, bandwidth=self.run.bandwidth):
+            async for chunk in response.body(self.run.bandwidth):
                 inc.write(chunk)
             written = inc.commit()
         if self.run.options.preserve_times and res.lastmod is not None:
@@ -274,12 +270,12 @@ class Transfer:
 
     async def _from_mirrors(
         self,
-        client: Any,
+        client: TransferSession,
         uri: str,
         res: Resource,
         key: str,
         report: SetReport,
-        http: Any,
+        http: HttpOptions,
         why: str,
     ) -> bool:
         """When `<loc>` failed: the entry's `rel="duplicate"` mirrors in `pri` order (core
@@ -294,7 +290,7 @@ class Transfer:
         new = self.run.state.known(uri) is None
         for href in mirrors:
             try:
-                async with open_stream_async(href, client=client, options=http) as response:
+                async with client.open(href, options=http) as response:
                     await self._receive(response, uri, href, res, key, report, new)
             except UnsafePath:
                 return False

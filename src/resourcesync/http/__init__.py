@@ -27,8 +27,8 @@ from typing import Any
 import httpcore
 import httpx
 
-from . import __version__
-from .errors import FetchError
+from .. import __version__
+from ..errors import FetchError
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -155,24 +155,40 @@ def origin(scheme: str, host: str, port: int | None) -> str:
     return f"{scheme}://{host}" if port is None or port == default else f"{scheme}://{host}:{port}"
 
 
-def _scope(options: HttpOptions, request: httpx.Request, told: set[str]) -> None:
-    url = request.url
-    allowed = origin(url.scheme, url.host, url.port) in options.scoped_hosts
+def scope_headers(
+    options: HttpOptions,
+    headers: Any,
+    url: tuple[str, str, int | None],
+    shown: str,
+    told: set[str],
+) -> None:
+    """Put the scoped headers (credentials) in `headers` (case-insensitive, mutable) when
+    `url` (scheme, host, port) is one of their origins, and take them out when it is not —
+    on every request, redirects included. `shown` names the request in the warning given once
+    per origin when credentials for https are withheld from plain http (issue 17.13)."""
+    scheme, host, port = url
+    allowed = origin(scheme, host, port) in options.scoped_hosts
     for name, value in options.scoped_headers.items():
         if allowed:
-            request.headers[name] = value
-        elif name in request.headers:
-            del request.headers[name]
-    if not allowed and url.scheme == "http" and options.scoped_headers:
-        secure = origin("https", url.host, None if url.port in (None, 80) else url.port)
+            headers[name] = value
+        elif name in headers:
+            del headers[name]
+    if not allowed and scheme == "http" and options.scoped_headers:
+        secure = origin("https", host, None if port in (None, 80) else port)
         if secure in options.scoped_hosts and secure not in told:
             told.add(secure)
             log.warning(
                 "resourcesync: %s: credentials (--header/--token) given for %s are not sent "
                 "over plain http",
-                url.copy_with(query=None),
+                shown,
                 secure,
             )
+
+
+def _scope(options: HttpOptions, request: httpx.Request, told: set[str]) -> None:
+    url = request.url
+    shown = str(url.copy_with(query=None))
+    scope_headers(options, request.headers, (url.scheme, url.host, url.port), shown, told)
 
 
 def _guard(options: HttpOptions, response: httpx.Response, asynchronous: bool) -> None:

@@ -1,0 +1,337 @@
+"""The sync client's cost per resource against the bare loops (issue 15.1 and 15.2).
+
+Servers that are not ours: Debian's nginx (started here, one worker) serving a published tree,
+and `latency_server.py` (stdlib asyncio, every answer 20 ms late, headers and body in one
+write). Clients, each a whole process, measured in CPU seconds (user + system, from wait4) and
+wall time, at the same concurrency:
+
+- `resourcesync sync --via lists --transfers C --per-host C` (every guarantee on: digests
+  verified, atomic writes, state recorded, the hostile-Source limits);
+- the bare aiohttp loop and the bare httpx loop of `bare_clients.py` (GET, md5, temporary file
+  renamed into place).
+
+Printed: CPU per resource and its ratio to the bare aiohttp loop (target ≤ 1.5×), against
+nginx and against the latency server; throughput at the default per-host limit against the
+latency server as a share of the limit (per-host ÷ latency; target ≥ 90 %); throughput from
+nginx at `--transfers 64 --per-host 64` (target ≥ 2,000 resources/s).
+
+Usage: python bench/bench_client.py [--files 20000] [--slow-files 3000] [--conc 4,16,64]
+       [--rounds 2] [--profile] [--src OTHER/src]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lxml import etree
+
+from _common import OUT, command, environment, machine, tree
+
+HERE = Path(__file__).resolve().parent
+WORK = OUT / "client"
+NGINX = "/usr/sbin/nginx"
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+master_process off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log error;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    keepalive_timeout 120s;
+    client_body_temp_path {prefix}/tmp;
+    proxy_temp_path {prefix}/tmp;
+    fastcgi_temp_path {prefix}/tmp;
+    uwsgi_temp_path {prefix}/tmp;
+    scgi_temp_path {prefix}/tmp;
+    default_type application/xml;
+    types {{ text/plain txt; application/xml xml; }}
+    server {{
+        listen 127.0.0.1:{port};
+        root {docs};
+        location /files/ {{ alias {tree}/; }}
+    }}
+}}
+"""
+SM = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
+RS = "{http://www.openarchives.org/rs/terms/}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def publish(files: Path, port: int, name: str, env: dict[str, str]) -> tuple[Path, Path]:
+    """Publish `files` for http://127.0.0.1:PORT/files/; returns (documents, urls.tsv)."""
+    docs = WORK / f"docs-{name}"
+    shutil.rmtree(docs, ignore_errors=True)
+    base = f"http://127.0.0.1:{port}/"
+    subprocess.run(
+        command(
+            "publish",
+            str(files),
+            "--base-url",
+            base + "files/",
+            "--out",
+            str(docs),
+            "--capabilities",
+            "resourcelist",
+        ),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
+    tsv = WORK / f"urls-{name}.tsv"
+    with open(tsv, "w") as out:
+        for path in sorted(docs.rglob("resourcelist*.xml")):
+            for url in etree.parse(str(path)).getroot().iter(SM + "url"):
+                loc = url.findtext(SM + "loc") or ""
+                md = url.find(RS + "md")
+                md5 = (
+                    next(h[4:] for h in (md.get("hash") or "").split() if h.startswith("md5:"))
+                    if md is not None
+                    else ""
+                )
+                out.write(f"{loc}\t{md5}\t{loc[len(base + 'files/') :]}\n")
+    return docs, tsv
+
+
+def start_nginx(port: int, docs: Path, files: Path) -> subprocess.Popen[bytes]:
+    prefix = Path(tempfile.mkdtemp(prefix="nginx-", dir=WORK))
+    (prefix / "tmp").mkdir()
+    conf = prefix / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(prefix=prefix, port=port, docs=docs, tree=files))
+    proc = subprocess.Popen([NGINX, "-p", str(prefix), "-c", str(conf), "-e", "stderr"])
+    wait_for(port)
+    return proc
+
+
+def start_latency(port: int, delay: float, docs: Path, files: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "latency_server.py"),
+            str(port),
+            str(delay),
+            str(docs),
+            f"files={files}",
+        ]
+    )
+    wait_for(port)
+    return proc
+
+
+def measured(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one process and its children."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}): {err.decode()[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def run_client(
+    kind: str,
+    conc: int,
+    base: str,
+    tsv: Path,
+    n: int,
+    env: dict[str, str],
+    extra: tuple[str, ...] = (),
+) -> tuple[float, float]:
+    dest = WORK / f"dest-{kind}"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    if kind == "sync":
+        argv = command(
+            "sync",
+            base,
+            str(dest),
+            "--via",
+            "lists",
+            "--quiet",
+            *(extra or ("--transfers", str(conc), "--per-host", str(conc))),
+        )
+    else:
+        argv = [sys.executable, str(HERE / "bare_clients.py"), kind, str(tsv), str(dest), str(conc)]
+    wall, cpu = measured(argv, env)
+    got = sum(1 for p in dest.rglob("*.txt"))
+    if got != n:
+        raise RuntimeError(f"{kind}: {got} files of {n}")
+    return wall, cpu
+
+
+def compare(
+    label: str,
+    base: str,
+    tsv: Path,
+    n: int,
+    concs: list[int],
+    rounds: int,
+    env: dict[str, str],
+    results: dict[str, object],
+) -> None:
+    print(f"\n{label}: {n:,} resources")
+    print(f"  {'conc':>4}  {'client':<8} {'res/s':>8} {'CPU ms/res':>11} {'÷ aiohttp':>10}")
+    rows = results.setdefault(label, {})
+    assert isinstance(rows, dict)
+    for conc in concs:
+        best: dict[str, tuple[float, float]] = {}
+        for _ in range(rounds):
+            for kind in ("aiohttp", "httpx", "sync"):
+                wall, cpu = run_client(kind, conc, base, tsv, n, env)
+                old = best.get(kind)
+                best[kind] = (min(wall, old[0]), min(cpu, old[1])) if old else (wall, cpu)
+        anchor = best["aiohttp"][1] / n
+        for kind in ("aiohttp", "httpx", "sync"):
+            wall, cpu = best[kind]
+            per = cpu / n
+            print(
+                f"  {conc:>4}  {kind:<8} {n / wall:>8,.0f} {per * 1000:>11.3f} "
+                f"{per / anchor:>9.2f}×"
+            )
+            rows[f"{kind}@{conc}"] = {
+                "per_s": n / wall,
+                "cpu_ms": per * 1000,
+                "ratio": per / anchor,
+            }
+
+
+def profile(base: str, env: dict[str, str], conc: int) -> None:
+    dest = WORK / "dest-profile"
+    shutil.rmtree(dest, ignore_errors=True)
+    out = WORK / "sync.prof"
+    argv = [
+        sys.executable,
+        "-m",
+        "cProfile",
+        "-o",
+        str(out),
+        str(command()[0]),
+        "sync",
+        base,
+        str(dest),
+        "--via",
+        "lists",
+        "--quiet",
+        "--transfers",
+        str(conc),
+        "--per-host",
+        str(conc),
+    ]
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+    import pstats
+
+    print(f"\nProfile of sync (nginx, {conc} connections), top functions by own time:")
+    stats = pstats.Stats(str(out))
+    total = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]
+    top = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:20]  # type: ignore[attr-defined]
+    for (file, line, func), (_, calls, tottime, _, _) in top:
+        where = file.split("site-packages/")[-1].split("/src/")[-1]
+        print(f"  {tottime / total:6.1%}  {calls:>8}  {where}:{line} {func}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", type=int, default=20_000)
+    ap.add_argument("--slow-files", type=int, default=3_000)
+    ap.add_argument("--conc", default="4,16,64")
+    ap.add_argument("--delay", type=float, default=0.020)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--src", help="run another checkout's src (for before figures)")
+    args = ap.parse_args()
+    if not os.path.exists(NGINX):
+        print("bench_client: needs Debian's nginx (apt-get install nginx)", file=sys.stderr)
+        return 2
+    WORK.mkdir(parents=True, exist_ok=True)
+    env = environment(args.src)
+    concs = [int(c) for c in args.conc.split(",")]
+    results: dict[str, object] = {"machine": machine(), "files": args.files}
+    print(f"bench_client: {machine()}")
+
+    port = free_port()
+    files = tree(args.files)
+    docs, tsv = publish(files, port, "fast", env)
+    base = f"http://127.0.0.1:{port}/"
+    server = start_nginx(port, docs, files)
+    try:
+        compare("nginx", base, tsv, args.files, concs, args.rounds, env, results)
+        wall, _ = run_client("sync", 64, base, tsv, args.files, env)
+        fast = args.files / wall
+        results["fast_host_per_s"] = fast
+        print(
+            f"\nOne fast host (nginx), --transfers 64 --per-host 64: {fast:,.0f} resources/s "
+            "(target ≥ 2,000)"
+        )
+        if args.profile:
+            profile(base, env, 16)
+    finally:
+        server.send_signal(signal.SIGQUIT)
+        server.wait()
+
+    port = free_port()
+    slow = tree(args.slow_files)
+    docs, tsv = publish(slow, port, "slow", env)
+    base = f"http://127.0.0.1:{port}/"
+    server = start_latency(port, args.delay, docs, slow)
+    try:
+        compare(
+            f"latency {args.delay * 1000:.0f} ms",
+            base,
+            tsv,
+            args.slow_files,
+            concs,
+            1,
+            env,
+            results,
+        )
+        wall, _ = run_client("sync", 0, base, tsv, args.slow_files, env, ("--per-host", "4"))
+        rate = args.slow_files / wall
+        limit = 4 / args.delay
+        results["polite_per_s"], results["polite_share"] = rate, rate / limit
+        print(
+            f"\nDefault per-host limit (4) against {args.delay * 1000:.0f} ms: {rate:,.0f} "
+            f"resources/s, {rate / limit:.0%} of the limit {limit:,.0f}/s (target ≥ 90 %)"
+        )
+    finally:
+        server.terminate()
+        server.wait()
+    (OUT / "bench_client.json").write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""The transfer pipeline's HTTP client: many small GETs, on aiohttp.
+
+A Destination's run fetches thousands of resources (and dump packages) over a few connections
+per host; what each GET costs in the client decides how many Sources one machine can follow.
+aiohttp costs a fraction of httpx per request (bench/bench_client.py: 0.2–0.5 ms of CPU per
+resource for a bare aiohttp loop, 1.3–2.7 ms for a bare httpx loop), so the transfers use it;
+documents, the hub and the antenna keep the httpx clients of `resourcesync.http`.
+
+Every guarantee of the httpx clients holds here too, with the same code where it can be shared:
+the User-Agent and the options' headers; credentials (`scoped_headers`) sent to their origins
+only, redirects included (redirects are followed here, hop by hop, not by aiohttp); the retry
+policy with `Retry-After`; the connect and read timeouts; the deadline from the request to the
+headers (`asyncio.timeout`) and to the body's last byte; the minimum rate; the size limits and
+the declared length; gzip and deflate decoded in bounded pieces by `_Guard` (aiohttp's own
+decoding is off); TLS with the one context; proxies from the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import AsyncIterator, Collection, Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from ..errors import FetchError
+from . import (
+    _ACCEPT_ENCODING,
+    MAX_REDIRECT_BODY,
+    RETRY_STATUS,
+    USER_AGENT,
+    Bandwidth,
+    BodyRefused,
+    HttpOptions,
+    Unreachable,
+    _Guard,
+    _late,
+    _refused,
+    _tls_context,
+    retry_after_seconds,
+    scope_headers,
+)
+
+__all__ = ["MAX_REDIRECTS", "Fetched", "TransferSession"]
+
+#: Redirects followed for one request (httpx's default).
+MAX_REDIRECTS = 20
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+#: A URI sent as it is written: ASCII, only characters a URI may hold. Anything else (an IRI,
+#: a space) is encoded by yarl, as httpx would.
+_AS_WRITTEN = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*\Z")
+
+
+def _url(url: str) -> URL:
+    return URL(url, encoded=True) if _AS_WRITTEN.match(url) else URL(url)
+
+
+class Fetched:
+    """A response whose status the caller accepted: its status, headers and guarded body."""
+
+    __slots__ = ("_guard", "_response", "complete", "headers", "status_code", "url")
+
+    def __init__(self, response: aiohttp.ClientResponse, guard: _Guard, url: str) -> None:
+        self._response = response
+        self._guard = guard
+        self.url = url
+        self.status_code: int = response.status
+        self.headers: CIMultiDictProxy[str] = response.headers
+        #: The whole body was read: the connection may serve the next request.
+        self.complete = False
+
+    async def body(self, bandwidth: Bandwidth | None = None) -> AsyncIterator[bytes]:
+        """The body, decoded, in the pieces it arrives in (at most `PIECE` bytes once
+        decoded); past a limit, a connection that fails or stalls: FetchError naming the URL.
+        With `bandwidth`, pieces come no faster than its budget."""
+        guard, content = self._guard, self._response.content
+        step = max(1024, bandwidth.rate // 4) if bandwidth is not None else 0
+        try:
+            while data := await content.readany():
+                for piece in guard.raw(data):
+                    if bandwidth is None:
+                        yield piece
+                        continue
+                    for at in range(0, len(piece), step):
+                        await bandwidth.take(len(piece[at : at + step]))
+                        yield piece[at : at + step]
+            for piece in guard.end():
+                yield piece
+        except BodyRefused as exc:
+            raise _refused(exc, self.url) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise FetchError(f"transfer failed: {_reason(exc)}", source=self.url) from None
+        self.complete = True
+
+    def close(self) -> None:
+        """Let the connection go: back to the pool when the body was read to its end,
+        closed when it was not (the rest of a body is never read only to reuse a connection)."""
+        if self.complete:
+            self._response.release()
+        else:
+            self._response.close()
+
+
+class TransferSession:
+    """One connection pool for a run's transfers (`limit` connections in all, `per_host` to
+    one host) and the options its requests follow. Use as an async context manager, inside
+    the event loop that runs the transfers."""
+
+    def __init__(self, options: HttpOptions, *, limit: int = 100, per_host: int = 0) -> None:
+        self.options = options
+        self._limit, self._per_host = limit, per_host
+        self._session: aiohttp.ClientSession | None = None
+        self._told: set[str] = set()
+        self._base = CIMultiDict(
+            {"User-Agent": USER_AGENT, "Accept-Encoding": _ACCEPT_ENCODING, **options.headers}
+        )
+
+    async def __aenter__(self) -> TransferSession:
+        opts = self.options
+        connector = aiohttp.TCPConnector(
+            limit=self._limit,
+            limit_per_host=self._per_host,
+            ssl=_tls_context(),
+            ttl_dns_cache=300,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=opts.connect_timeout, sock_read=opts.timeout
+            ),
+            # Decoded by `_Guard`, in bounded pieces; aiohttp would inflate a read whole.
+            auto_decompress=False,
+            # Resources are files: no state between requests, as rclone's HTTP remote.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            # Proxies from the environment, as the httpx clients read them.
+            trust_env=True,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    def _headers(self, url: str, extra: Mapping[str, str] | None, opts: HttpOptions) -> Any:
+        headers = self._base.copy() if opts is self.options else CIMultiDict(
+            {"User-Agent": USER_AGENT, "Accept-Encoding": _ACCEPT_ENCODING, **opts.headers}
+        )  # fmt: skip
+        if extra:
+            headers.update(extra)
+        if opts.scoped_headers:
+            parts = urlsplit(url)
+            shown = parts._replace(query="", fragment="").geturl()
+            host = parts.hostname or ""
+            scope_headers(opts, headers, (parts.scheme, host, parts.port), shown, self._told)
+        return headers
+
+    async def _get(
+        self,
+        url: str,
+        extra: Mapping[str, str] | None,
+        opts: HttpOptions,
+        started: float,
+    ) -> tuple[aiohttp.ClientResponse, _Guard]:
+        """GET `url`, following redirects (each hop with its own scoped headers, each
+        redirect's body capped and thrown away); the final response and its guard."""
+        session = self._session
+        if session is None:
+            raise RuntimeError("TransferSession used outside its `async with`")
+        current = url
+        for _ in range(MAX_REDIRECTS + 1):
+            response = await session.get(
+                _url(current),
+                headers=self._headers(current, extra, opts),
+                allow_redirects=False,
+            )
+            codings = [
+                c.strip().lower()
+                for value in response.headers.getall("Content-Encoding", ())
+                for c in value.split(",")
+                if c.strip() and c.strip().lower() != "identity"
+            ]
+            guard = _Guard(current, codings, opts, started)
+            location = response.headers.get("Location")
+            if not (opts.follow_redirects and response.status in _REDIRECTS and location):
+                return response, guard
+            guard.cap(MAX_REDIRECT_BODY, "a redirect's body")
+            try:
+                while data := await response.content.readany():
+                    for _piece in guard.raw(data):
+                        pass
+            finally:
+                response.close()
+            target = urljoin(current, location.strip())
+            if urlsplit(target).scheme.lower() not in ("http", "https"):
+                raise FetchError(f"redirected to {target}, not an http(s) URL", source=url)
+            current = target
+        raise FetchError("too many redirects (a redirect loop?)", source=url)
+
+    @contextlib.asynccontextmanager
+    async def open(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        options: HttpOptions | None = None,
+        accept: Collection[int] = (),
+        declared: int | None = None,
+    ) -> AsyncIterator[Fetched]:
+        """GET `url`, retrying as the policy says, and yield the response once its status is
+        2xx (or one of `accept`, e.g. 304), as `open_stream_async` does: the body may be
+        `max_size` bytes decoded, or the `declared` length when given; the headers must
+        arrive within the deadline. A failure to connect, after the retries, is Unreachable."""
+        opts = options or self.options
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            started = time.monotonic()
+            deadline = asyncio.timeout(opts.deadline if opts.deadline > 0 else None)
+            try:
+                try:
+                    async with deadline:
+                        response, guard = await self._get(url, headers, opts, started)
+                except TimeoutError:
+                    if deadline.expired():
+                        raise _late(opts, url) from None
+                    raise
+            except BodyRefused as exc:
+                raise _refused(exc, url) from None
+            except aiohttp.InvalidURL as exc:
+                raise FetchError(f"not a valid URL: {exc}", source=url) from None
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if attempt > opts.retry.retries:
+                    raise _failed(exc, url) from None
+                await asyncio.sleep(opts.retry.delay(attempt, None))
+                continue
+            status = response.status
+            if 200 <= status < 300 or status in accept:
+                if declared is not None:
+                    guard.declare(declared)
+                fetched = Fetched(response, guard, url)
+                try:
+                    yield fetched
+                finally:
+                    fetched.close()
+                return
+            response.close()
+            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+            if status not in RETRY_STATUS or attempt > opts.retry.retries:
+                raise FetchError(f"HTTP {status} {response.reason or ''}".rstrip(), source=url)
+            await asyncio.sleep(opts.retry.delay(attempt, retry_after))
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "the connection ended before the body did"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
+def _failed(exc: BaseException, url: str) -> FetchError:
+    """A request that failed before its response: Unreachable when it could not connect."""
+    reason = _reason(exc)
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return Unreachable(f"request failed: {reason}", source=url)
+    return FetchError(f"request failed: {reason}", source=url)
