@@ -71,17 +71,29 @@ async def with_httpx(rows: list[tuple[str, str, str]], n: int) -> None:
 
 
 async def gather(rows: list[tuple[str, str, str]], n: int, one) -> None:  # type: ignore[no-untyped-def]
-    # A window of tasks, as a client following a long list must (not one task per URL at once).
-    pending: set[asyncio.Task[None]] = set()
+    # A window of 2n tasks, as a client following a long list must (not one task per URL
+    # at once), kept with a semaphore.
+    window = asyncio.Semaphore(2 * n)
+    failed: list[BaseException] = []
+
+    def done(task: asyncio.Task[None]) -> None:
+        window.release()
+        if not task.cancelled() and task.exception() is not None:
+            failed.append(task.exception())  # type: ignore[arg-type]
+
+    tasks = set()
     for row in rows:
-        pending.add(asyncio.create_task(one(*row)))
-        if len(pending) >= 2 * n:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for t in done:
-                t.result()
-    for t in await asyncio.gather(*pending, return_exceptions=True):
-        if isinstance(t, BaseException):
-            raise t
+        await window.acquire()
+        if failed:
+            raise failed[0]
+        task = asyncio.create_task(one(*row))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        task.add_done_callback(done)
+    for _ in range(2 * n):
+        await window.acquire()
+    if failed:
+        raise failed[0]
 
 
 def main() -> None:

@@ -109,10 +109,14 @@ def publish(files: Path, port: int, name: str, env: dict[str, str]) -> tuple[Pat
         env=env,
     )
     tsv = WORK / f"urls-{name}.tsv"
+    seen: set[str] = set()  # the Resource List may also be kept in the archive: once each
     with open(tsv, "w") as out:
         for path in sorted(docs.rglob("resourcelist*.xml")):
             for url in etree.parse(str(path)).getroot().iter(SM + "url"):
                 loc = url.findtext(SM + "loc") or ""
+                if loc in seen:
+                    continue
+                seen.add(loc)
                 md = url.find(RS + "md")
                 md5 = (
                     next(h[4:] for h in (md.get("hash") or "").split() if h.startswith("md5:"))

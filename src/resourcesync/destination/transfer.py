@@ -98,23 +98,28 @@ class Transfer:
         # disk) stops the run: every task's outcome is collected here, so none is left
         # "never retrieved", and the others are cancelled.
         errors: list[BaseException] = []
+        # A window of tasks twice the transfers wide, so the next request is ready when a
+        # connection frees; waited for with a semaphore (asyncio.wait on the whole window
+        # would cost a callback per task per completion).
+        room = opts.transfers * 2
+        window = asyncio.Semaphore(room)
 
         def finished(task: asyncio.Task[None]) -> None:
             pending.discard(task)
+            window.release()
             if not task.cancelled() and (exc := task.exception()) is not None:
                 errors.append(exc)
 
         try:
             for uri, res in plan.rows("fetch"):
+                await window.acquire()
+                if errors:
+                    raise errors[0]
                 task = asyncio.create_task(one(client, uri, res))
                 pending.add(task)
                 task.add_done_callback(finished)
-                if len(pending) >= opts.transfers * 2:
-                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if errors:
-                    raise errors[0]
-            while pending:
-                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for _ in range(room):
+                await window.acquire()
                 if errors:
                     raise errors[0]
         finally:
