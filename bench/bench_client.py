@@ -39,6 +39,10 @@ from _common import OUT, command, environment, machine, tree
 
 HERE = Path(__file__).resolve().parent
 WORK = OUT / "client"
+#: Where the clients write: tmpfs when there is one, so that what is measured is the client,
+#: not the noise of a shared disk (file creation here varies tenfold from run to run). Both
+#: the bare loops and `sync` write there; `--dest-dir` to choose.
+DEST = Path("/dev/shm/resourcesync-bench") if os.path.isdir("/dev/shm") else WORK
 NGINX = "/usr/sbin/nginx"
 NGINX_CONF = """
 worker_processes 1;
@@ -175,7 +179,7 @@ def run_client(
     env: dict[str, str],
     extra: tuple[str, ...] = (),
 ) -> tuple[float, float]:
-    dest = WORK / f"dest-{kind}"
+    dest = DEST / f"dest-{kind}"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     if kind == "sync":
@@ -234,7 +238,7 @@ def compare(
 
 
 def profile(base: str, env: dict[str, str], conc: int) -> None:
-    dest = WORK / "dest-profile"
+    dest = DEST / "dest-profile"
     shutil.rmtree(dest, ignore_errors=True)
     out = WORK / "sync.prof"
     argv = [
@@ -276,7 +280,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--src", help="run another checkout's src (for before figures)")
+    ap.add_argument("--dest-dir", type=Path, help="where the clients write (default: tmpfs)")
     args = ap.parse_args()
+    global DEST
+    DEST = args.dest_dir or DEST
     if not os.path.exists(NGINX):
         print("bench_client: needs Debian's nginx (apt-get install nginx)", file=sys.stderr)
         return 2
@@ -334,6 +341,7 @@ def main() -> int:
         server.terminate()
         server.wait()
     (OUT / "bench_client.json").write_text(json.dumps(results, indent=2))
+    shutil.rmtree(DEST, ignore_errors=True)
     return 0
 
 

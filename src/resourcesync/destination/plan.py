@@ -48,7 +48,7 @@ class Plan:
         db.execute(
             "CREATE TEMP TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, uri TEXT UNIQUE, "
             "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT, sig TEXT, "
-            "links TEXT)"
+            "links TEXT, held INTEGER)"
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
@@ -62,13 +62,20 @@ class Plan:
             self.db.execute(f"DELETE FROM {table}")
 
     def add(
-        self, uri: str, action: str, res: Resource | None = None, *, sig: str | None = None
+        self,
+        uri: str,
+        action: str,
+        res: Resource | None = None,
+        *,
+        sig: str | None = None,
+        held: bool | None = None,
     ) -> None:
         """Plan an action for a URI; a later one for the same URI replaces it (final state).
 
         Actions: `fetch`, `delete`, and `keep` (the final state is what we already hold: the
         URI's remembered failure or pending deletion is superseded). `sig` marks an undated
-        change (see `undated_sig`)."""
+        change (see `undated_sig`). `held`: whether the copy's state held the URI when it was
+        planned (None: not looked up), so the transfer need not look again."""
         self.batch.append(
             (
                 uri,
@@ -79,6 +86,7 @@ class Plan:
                 format_w3c(res.change_time) if res and res.change_time else None,
                 sig,
                 links_column(res.links) if res else None,
+                held,
             )
         )
         if len(self.batch) >= _BATCH:
@@ -100,7 +108,7 @@ class Plan:
             self.db.executemany("DELETE FROM plan WHERE uri = ?", [(b[0],) for b in self.batch])
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime, "
-                "sig, links) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "sig, links, held) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self.batch,
             )
             self.batch.clear()
@@ -108,11 +116,13 @@ class Plan:
     def claim(self, key: str, uri: str) -> str | None:
         """Claim a local path (by `path_key`) for `uri` in this run; the URI that claimed it
         first when that is another."""
+        added = self.db.execute(
+            "INSERT OR IGNORE INTO claims (key, uri) VALUES (?, ?)", (key, uri)
+        ).rowcount
+        if added:
+            return None
         row = self.db.execute("SELECT uri FROM claims WHERE key = ?", (key,)).fetchone()
-        if row is not None:
-            return None if row[0] == uri else str(row[0])
-        self.db.execute("INSERT INTO claims (key, uri) VALUES (?, ?)", (key, uri))
-        return None
+        return None if row is None or row[0] == uri else str(row[0])
 
     def seen(self, uris: list[str]) -> None:
         self.db.executemany("INSERT OR IGNORE INTO seen (uri) VALUES (?)", [(u,) for u in uris])
@@ -141,19 +151,26 @@ class Plan:
         return None if row is None else _resource(*row)
 
     def rows(self, action: str) -> Iterator[tuple[str, Resource]]:
+        for uri, res, _ in self.rows_held(action):
+            yield uri, res
+
+    def rows_held(self, action: str) -> Iterator[tuple[str, Resource, bool | None]]:
+        """The planned URIs of `action`, in order, with whether the state held each when it
+        was planned (None: not looked up)."""
         self.flush()
         last = 0
         while True:
             batch = self.db.execute(
-                "SELECT seq, uri, length, hashes, lastmod, datetime, links FROM plan "
+                "SELECT seq, uri, length, hashes, lastmod, datetime, links, held FROM plan "
                 "WHERE action = ? AND seq > ? ORDER BY seq LIMIT 1000",
                 (action, last),
             ).fetchall()
             if not batch:
                 return
-            for seq, uri, length, hashes, lastmod, when, links in batch:
+            for seq, uri, length, hashes, lastmod, when, links, held in batch:
                 last = seq
-                yield uri, _resource(uri, length, hashes, lastmod, when, links)
+                res = _resource(uri, length, hashes, lastmod, when, links)
+                yield uri, res, None if held is None else bool(held)
 
 
 def _resource(
@@ -310,7 +327,7 @@ class Planner:
             if not self.run.options.dry_run:
                 keep_links(self.run.state, known, res)
             return
-        plan.add(uri, "fetch", res)
+        plan.add(uri, "fetch", res, held=known is not None)
 
     def claim(self, uri: str, plan: Plan, report: SetReport, path: Path | None = None) -> bool:
         """Whether `uri` may have its local file: no other URI holds it, or claimed it first in

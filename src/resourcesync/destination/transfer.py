@@ -62,7 +62,7 @@ class Transfer:
         pending: set[asyncio.Task[None]] = set()
         progress = self.run.progress
 
-        async def one(client: TransferSession, uri: str, res: Resource) -> None:
+        async def one(client: TransferSession, uri: str, res: Resource, held: bool | None) -> None:
             nonlocal done
             host = urlsplit(uri).netloc.lower()
             async with transfers, hosts[host]:
@@ -80,7 +80,7 @@ class Transfer:
                         given_up[host] += 1
                         self._give_up(uri, res, key, report, host, opts.host_failures)
                     elif await self._fetch_one(
-                        client, uri, res, key, report, retry=failures[host] == 0
+                        client, uri, res, key, report, retry=failures[host] == 0, held=held
                     ):
                         failures[host] += 1
                         if failures[host] >= opts.host_failures > 0:
@@ -111,11 +111,11 @@ class Transfer:
                 errors.append(exc)
 
         try:
-            for uri, res in plan.rows("fetch"):
+            for uri, res, held in plan.rows_held("fetch"):
                 await window.acquire()
                 if errors:
                     raise errors[0]
-                task = asyncio.create_task(one(client, uri, res))
+                task = asyncio.create_task(one(client, uri, res, held))
                 pending.add(task)
                 task.add_done_callback(finished)
             for _ in range(room):
@@ -163,11 +163,14 @@ class Transfer:
         report: SetReport,
         *,
         retry: bool = True,
+        held: bool | None = None,
     ) -> bool:
         """Fetch one resource and record the outcome; True when its host could not be
         reached (a connection failure, after the retries). Without `retry` (its host has just
         failed to connect after every retry) one attempt is made: a host that is down is
-        given up in seconds, not after every resource's backoff."""
+        given up in seconds, not after every resource's backoff. `held` False: the state did
+        not hold `uri` when it was planned (in this run, under its lock), so it is not looked
+        up again."""
         mirror, state = self.run.mirror, self.run.state
         http = self.run.options.http
         if not retry:
@@ -177,7 +180,7 @@ class Transfer:
         last_error = ""
         for attempt in (1, 2):
             headers: dict[str, str] = {}
-            known = state.known(uri)
+            known = state.known(uri) if held is not False else None
             if known is not None and attempt == 1 and (mirror.dest / known.path).is_file():
                 if known.etag:
                     headers["If-None-Match"] = known.etag
