@@ -13,11 +13,12 @@ import uvicorn
 
 
 @contextlib.contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Run `app` on 127.0.0.1 in a background thread; yield its base URL (no trailing slash)."""
+def serve(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
+    """Run `app` on `host` (a loopback address: another one stands for another host) in a
+    background thread; yield its base URL (no trailing slash)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
     server = uvicorn.Server(config)
@@ -29,7 +30,7 @@ def serve(app: Any) -> Iterator[str]:
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)

@@ -1,0 +1,187 @@
+"""The transfer pipeline's client (`resourcesync.http.transfer`, aiohttp) keeps the guarantees
+of the httpx clients (issue 15.1): credentials only to their origins on every redirect hop,
+redirects bounded, Retry-After, connection failures as Unreachable, bodies guarded. Real
+servers on loopback; 127.0.0.2 stands for another host."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import socket
+import time
+from typing import Any
+
+import pytest
+from starlette.responses import Response
+
+from resourcesync.errors import FetchError
+from resourcesync.http import USER_AGENT, HttpOptions, RetryPolicy, Unreachable, origin
+from resourcesync.http.transfer import TransferSession
+from tests.servers import serve
+
+NO_RETRY = RetryPolicy(retries=0)
+
+
+def fetch(url: str, options: HttpOptions, **kw: Any) -> tuple[int, bytes, dict[str, str]]:
+    """GET through a TransferSession: (status, body, headers)."""
+
+    async def go() -> tuple[int, bytes, dict[str, str]]:
+        async with TransferSession(options) as session, session.open(url, **kw) as response:
+            body = b"".join([c async for c in response.body()])
+            return response.status_code, body, dict(response.headers)
+
+    return asyncio.run(go())
+
+
+class Recorder:
+    """An app that records each request's path and headers and answers from `routes`."""
+
+    def __init__(self, routes: dict[str, Any]) -> None:
+        self.routes = routes
+        self.seen: list[tuple[str, dict[str, str]]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        self.seen.append((scope["path"], headers))
+        route = self.routes.get(scope["path"])
+        response = route if isinstance(route, Response) or route is None else route()
+        await (response or Response(b"missing", status_code=404))(scope, receive, send)
+
+
+def redirect(to: str, status: int = 302, body: bytes = b"") -> Response:
+    return Response(body, status_code=status, headers={"Location": to})
+
+
+def test_credentials_follow_their_origin_on_every_redirect_hop() -> None:
+    """A resource on the Source (credentials scoped to it) redirects to another host, which
+    redirects back: the other host never sees them, the Source sees them on both requests,
+    and the User-Agent and the user's other headers go everywhere."""
+    a = Recorder({})
+    b = Recorder({})
+    with serve(a) as source, serve(b, host="127.0.0.2") as other:
+        a.routes["/r"] = redirect(f"{other}/x")
+        b.routes["/x"] = redirect(f"{source}/final", status=307)
+        a.routes["/final"] = Response(b"the bytes")
+        port = int(source.rsplit(":", 1)[1])
+        options = HttpOptions(
+            headers={"X-Project": "p1"},
+            scoped_headers={"Authorization": "Bearer s3cret"},
+            scoped_hosts=frozenset({origin("http", "127.0.0.1", port)}),
+        )
+        status, body, _ = fetch(source + "/r", options, headers={"If-None-Match": '"e1"'})
+    assert (status, body) == (200, b"the bytes")
+    assert [(p, h.get("authorization")) for p, h in a.seen] == [
+        ("/r", "Bearer s3cret"),
+        ("/final", "Bearer s3cret"),
+    ]
+    assert [(p, h.get("authorization")) for p, h in b.seen] == [("/x", None)]
+    for _, headers in a.seen + b.seen:
+        assert headers["user-agent"] == USER_AGENT
+        assert headers["x-project"] == "p1"
+        assert headers["if-none-match"] == '"e1"'
+        assert headers["accept-encoding"] == "gzip, deflate"
+
+
+def test_credentials_for_https_are_not_sent_over_plain_http(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = Recorder({"/a": Response(b"1"), "/b": Response(b"2")})
+    with serve(app) as base, caplog.at_level("WARNING"):
+        port = int(base.rsplit(":", 1)[1])
+        options = HttpOptions(
+            scoped_headers={"Authorization": "Bearer s3cret"},
+            scoped_hosts=frozenset({origin("https", "127.0.0.1", port)}),
+        )
+
+        async def both() -> None:
+            async with TransferSession(options) as session:
+                for path in ("/a", "/b"):
+                    async with session.open(base + path) as response:
+                        assert b"".join([c async for c in response.body()])
+
+        asyncio.run(both())
+    assert [h.get("authorization") for _, h in app.seen] == [None, None]
+    assert len([r for r in caplog.records if "plain http" in r.getMessage()]) == 1
+
+
+def test_redirects_are_bounded() -> None:
+    app = Recorder({})
+    app.routes["/loop"] = redirect("/loop")
+    app.routes["/big"] = redirect("/loop", body=b"x" * (1 << 20))
+    app.routes["/file"] = redirect("file:///etc/passwd")
+    with serve(app) as base:
+        options = HttpOptions(retry=NO_RETRY)
+        with pytest.raises(FetchError, match="too many redirects"):
+            fetch(base + "/loop", options)
+        assert len(app.seen) == 21  # the first request and 20 redirects followed
+        with pytest.raises(FetchError, match="a redirect's body: larger than 64 KiB"):
+            fetch(base + "/big", options)
+        with pytest.raises(FetchError, match="not an http"):
+            fetch(base + "/file", options)
+
+
+def test_retry_after_is_honoured_then_the_status_is_reported() -> None:
+    answers = iter([Response(b"", status_code=503, headers={"Retry-After": "1"})])
+
+    def flaky() -> Response:
+        return next(answers, Response(b"at last"))
+
+    app = Recorder({"/r": flaky, "/gone": Response(b"", status_code=410)})
+    with serve(app) as base:
+        options = HttpOptions(retry=RetryPolicy(retries=2, backoff=0.01))
+        start = time.monotonic()
+        assert fetch(base + "/r", options)[:2] == (200, b"at last")
+        assert time.monotonic() - start >= 0.95
+        with pytest.raises(FetchError, match="HTTP 410 Gone"):
+            fetch(base + "/gone", options)
+        # 304 only when asked for.
+        app.routes["/same"] = Response(b"", status_code=304)
+        assert fetch(base + "/same", options, accept=(304,))[0] == 304
+        with pytest.raises(FetchError, match="HTTP 304"):
+            fetch(base + "/same", options)
+
+
+def test_a_refused_connection_is_unreachable_after_the_retries() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]
+    options = HttpOptions(retry=RetryPolicy(retries=1, backoff=0.01))
+    with pytest.raises(Unreachable, match="request failed") as caught:
+        fetch(f"http://127.0.0.1:{port}/r", options)
+    assert caught.value.source == f"http://127.0.0.1:{port}/r"
+
+
+def test_bodies_are_decoded_and_guarded() -> None:
+    packed = gzip.compress(b"abc" * 1000)
+    app = Recorder(
+        {
+            "/gz": Response(packed, headers={"Content-Encoding": "gzip"}),
+            "/br": Response(b"\x00", headers={"Content-Encoding": "br"}),
+            "/long": Response(b"y" * 5000),
+        }
+    )
+    with serve(app) as base:
+        options = HttpOptions(retry=NO_RETRY)
+        assert fetch(base + "/gz", options)[1] == b"abc" * 1000
+        with pytest.raises(FetchError, match="Content-Encoding br was not asked for"):
+            fetch(base + "/br", options)
+        with pytest.raises(FetchError, match="more than the 100 bytes declared"):
+            fetch(base + "/long", options, declared=100)
+        small = HttpOptions(retry=NO_RETRY, max_size=1000)
+        with pytest.raises(FetchError, match="larger than the 1000 bytes limit"):
+            fetch(base + "/long", small)
+        with pytest.raises(FetchError, match="larger than the 1000 bytes limit"):
+            fetch(base + "/gz", small)  # the limit is on the decoded size
+
+
+def test_uris_are_sent_as_written_and_iris_encoded() -> None:
+    app = Recorder({})
+
+    async def echo(scope: Any, receive: Any, send: Any) -> None:
+        raw = scope.get("raw_path", b"").decode()
+        await Response(raw.encode())(scope, receive, send)
+
+    with serve(echo) as base:
+        options = HttpOptions(retry=NO_RETRY)
+        assert fetch(base + "/a%7Eb/%41?q=%2F", options)[1] == b"/a%7Eb/%41"
+        assert fetch(base + "/caf\u00e9 x", options)[1] == b"/caf%C3%A9%20x"
+    assert app.seen == []
