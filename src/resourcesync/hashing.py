@@ -35,6 +35,9 @@ _B64 = re.compile(r"[A-Za-z0-9+/_-]+")
 CHUNK = 1 << 20
 
 
+_CONSTRUCTORS = {"md5": hashlib.md5, "sha1": hashlib.sha1, "sha256": hashlib.sha256}
+
+
 class MultiHasher:
     """Feed bytes once, get every requested digest."""
 
@@ -44,7 +47,10 @@ class MultiHasher:
             name = ALGORITHMS.get(algo)
             if name is None:
                 raise ValueError(f"unsupported hash algorithm {algo!r} (use md5, sha-1, sha-256)")
-            self._hashers[algo] = hashlib.new(name)
+            # The named constructors: hashlib.new() looks the algorithm up each time, which
+            # costs more than hashing a small resource.
+            make = _CONSTRUCTORS.get(name)
+            self._hashers[algo] = make() if make is not None else hashlib.new(name)
         self.length = 0
 
     def update(self, data: bytes) -> None:

@@ -281,7 +281,8 @@ class _Guard:
         # Content codings are listed in the order they were applied: undone in reverse.
         self.decoders = [_Inflate(c) for c in reversed(codings) if c in _DECODED]
         self.limit = options.max_size
-        self.why = f"larger than the {_size(options.max_size)} limit (--max-size)"
+        # What the limit is, said only when it is reached (formatted then, not per response).
+        self._why: tuple[str, ...] = ("max-size",)
         self.deadline = started + options.deadline if options.deadline > 0 else None
         self.deadline_seconds = options.deadline
         self.min_rate = options.min_rate
@@ -290,15 +291,25 @@ class _Guard:
         self.window_bytes = 0
         self.size = 0
 
+    @property
+    def why(self) -> str:
+        kind = self._why[0]
+        if kind == "declared":
+            return f"more than the {self.limit} bytes declared"
+        if kind == "cap":
+            _, what, option = self._why
+            return f"{what}: larger than {_size(self.limit)}" + (f" ({option})" if option else "")
+        return f"larger than the {_size(self.limit)} limit (--max-size)"
+
     def cap(self, limit: int, what: str, option: str = "") -> None:
         self.limit = limit
-        self.why = f"{what}: larger than {_size(limit)}" + (f" ({option})" if option else "")
+        self._why = ("cap", what, option)
 
     def declare(self, length: int) -> None:
         """The length the Source declared: one byte more and the body is abandoned."""
         if length < self.limit:
             self.limit = length
-            self.why = f"more than the {length} bytes declared"
+            self._why = ("declared",)
 
     def raw(self, data: bytes) -> Iterator[bytes]:
         if self.refused is not None:
