@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import socket
+import socketserver
+import threading
 import time
 from typing import Any
 
@@ -185,3 +187,47 @@ def test_uris_are_sent_as_written_and_iris_encoded() -> None:
         assert fetch(base + "/a%7Eb/%41?q=%2F", options)[1] == b"/a%7Eb/%41"
         assert fetch(base + "/caf\u00e9 x", options)[1] == b"/caf%C3%A9%20x"
     assert app.seen == []
+
+
+class _Proxy(socketserver.BaseRequestHandler):
+    """A forward proxy that answers every request itself, recording its head."""
+
+    heads: list[str]
+
+    def handle(self) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.request.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        self.heads.append(data.split(b"\r\n\r\n")[0].decode())
+        self.request.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nvia proxy"
+        )
+
+
+def test_proxies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY (with its credentials) is used and NO_PROXY honoured, as the httpx clients
+    do; ~/.netrc is not read."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    heads: list[str] = []
+    handler = type("Recording", (_Proxy,), {"heads": heads})
+    with socketserver.ThreadingTCPServer(("127.0.0.2", 0), handler) as proxy:
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        try:
+            app = Recorder({"/r": Response(b"direct")})
+            with serve(app) as base:
+                monkeypatch.setenv("HTTP_PROXY", f"http://u:pw@127.0.0.2:{proxy.server_address[1]}")
+                options = HttpOptions(retry=NO_RETRY)
+                assert fetch(base + "/r", options)[1] == b"via proxy"
+                monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+                assert fetch(base + "/r", options)[1] == b"direct"
+        finally:
+            proxy.shutdown()
+    assert len(heads) == 1
+    request_line, *fields = heads[0].split("\r\n")
+    assert request_line == f"GET {base}/r HTTP/1.1"
+    assert "Proxy-Authorization: Basic dTpwdw==" in fields
+    assert len(app.seen) == 1

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Collection, Mapping
 from types import TracebackType
 from typing import Any
 from urllib.parse import urljoin, urlsplit
+from urllib.request import getproxies_environment
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -118,6 +119,11 @@ class TransferSession:
         self._limit, self._per_host = limit, per_host
         self._session: aiohttp.ClientSession | None = None
         self._told: set[str] = set()
+        #: Proxies from the environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY), read
+        #: once: aiohttp's own `trust_env` looks them up, and reads ~/.netrc, in a worker thread
+        #: on every request — more than the rest of a small transfer costs.
+        self._proxies = getproxies_environment()
+        self._proxy_for: dict[tuple[str, str], tuple[URL | None, dict[str, str] | None]] = {}
         self._base = CIMultiDict(
             {"User-Agent": USER_AGENT, "Accept-Encoding": _ACCEPT_ENCODING, **options.headers}
         )
@@ -139,8 +145,9 @@ class TransferSession:
             auto_decompress=False,
             # Resources are files: no state between requests, as rclone's HTTP remote.
             cookie_jar=aiohttp.DummyCookieJar(),
-            # Proxies from the environment, as the httpx clients read them.
-            trust_env=True,
+            # Proxies: `_proxy`, from the environment as the httpx clients read them (and,
+            # as they do, no credentials from ~/.netrc).
+            trust_env=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
         )
         return self
@@ -157,6 +164,26 @@ class TransferSession:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+    def _proxy(self, scheme: str, host: str) -> tuple[URL | None, dict[str, str] | None]:
+        """The proxy for requests to `host` over `scheme`, if any, and the headers for it
+        (its credentials, given in its URL)."""
+        key = (scheme, host)
+        found = self._proxy_for.get(key)
+        if found is None:
+            proxy = self._proxies.get(scheme) or self._proxies.get("all")
+            found = (None, None)
+            if proxy and not _bypass(host, self._proxies):
+                url = URL(proxy if "://" in proxy else f"http://{proxy}")
+                auth = (
+                    {"Proxy-Authorization": aiohttp.encode_basic_auth(url.user, url.password or "")}
+                    if url.user
+                    else None
+                )
+                found = (url.with_user(None), auth)
+            if len(self._proxy_for) < 4096:
+                self._proxy_for[key] = found
+        return found
 
     def _headers(self, url: str, extra: Mapping[str, str] | None, opts: HttpOptions) -> Any:
         headers = self._base.copy() if opts is self.options else CIMultiDict(
@@ -185,10 +212,22 @@ class TransferSession:
             raise RuntimeError("TransferSession used outside its `async with`")
         current = url
         for _ in range(MAX_REDIRECTS + 1):
+            target = _url(current)
+            headers = self._headers(current, extra, opts)
+            proxy, proxy_headers = (
+                self._proxy(target.scheme, target.host or "") if self._proxies else (None, None)
+            )
+            if proxy_headers and target.scheme == "http":
+                # A plain http request goes to the proxy itself (no CONNECT): its credentials
+                # travel with it.
+                headers.update(proxy_headers)
+                proxy_headers = None
             response = await session.get(
-                _url(current),
-                headers=self._headers(current, extra, opts),
+                target,
+                headers=headers,
                 allow_redirects=False,
+                proxy=proxy,
+                proxy_headers=proxy_headers,
             )
             codings = [
                 c.strip().lower()
@@ -207,10 +246,10 @@ class TransferSession:
                         pass
             finally:
                 response.close()
-            target = urljoin(current, location.strip())
-            if urlsplit(target).scheme.lower() not in ("http", "https"):
-                raise FetchError(f"redirected to {target}, not an http(s) URL", source=url)
-            current = target
+            following = urljoin(current, location.strip())
+            if urlsplit(following).scheme.lower() not in ("http", "https"):
+                raise FetchError(f"redirected to {following}, not an http(s) URL", source=url)
+            current = following
         raise FetchError("too many redirects (a redirect loop?)", source=url)
 
     @contextlib.asynccontextmanager
@@ -266,6 +305,14 @@ class TransferSession:
             if status not in RETRY_STATUS or attempt > opts.retry.retries:
                 raise FetchError(f"HTTP {status} {response.reason or ''}".rstrip(), source=url)
             await asyncio.sleep(opts.retry.delay(attempt, retry_after))
+
+
+def _bypass(host: str, proxies: dict[str, str]) -> bool:
+    """Whether NO_PROXY (in `proxies`, as `getproxies_environment` gives it) exempts `host`."""
+    import urllib.request
+
+    bypass: Any = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    return bool(bypass(host, proxies))
 
 
 def _reason(exc: BaseException) -> str:
