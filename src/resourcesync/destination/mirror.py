@@ -41,8 +41,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import random
 import re
-import secrets
 import shutil
 import stat
 import zipfile
@@ -64,6 +64,7 @@ __all__ = [
     "STATE_DIR_NAME",
     "Incoming",
     "IntegrityError",
+    "Located",
     "Mapping",
     "Mirror",
     "UnsafePath",
@@ -230,6 +231,14 @@ def _temp_prefix(name: str) -> str:
     return "." + data.decode("utf-8", errors="ignore")
 
 
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Where a URI lands (from `Mirror.locate`)."""
+
+    path: Path
+    root: _Root
+
+
 class Mirror:
     """The local tree under `dest`, with URIs mapped into it by `mappings`.
 
@@ -331,6 +340,11 @@ class Mirror:
         """The absolute local path of `uri`; raises UnsafePath (see the module docstring)."""
         return self._locate(uri)[0]
 
+    def mapped(self, uri: str) -> Path:
+        """Where `uri` maps, from the URI alone (UnsafePath when the URI itself cannot be
+        mapped); what lies on the disk there is checked by `path_for` and by every write."""
+        return self._map(uri)[0]
+
     def relpath(self, uri: str) -> str:
         """Where `uri` maps, relative to DEST in POSIX form (absolute when mapped outside DEST).
         The mapping only: what lies on the disk there is checked by `path_for` and by every
@@ -417,6 +431,8 @@ class Mirror:
         path = root.directory.joinpath(*rest)
         if len(os.fsencode(path)) + _TEMP_OVERHEAD >= MAX_PATH_BYTES:
             raise UnsafePath("local path would be too long for the file system")
+        if _is_within(str(path), self._state_str):
+            raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
         return path, root
 
     def _unmapped(self, parts: SplitResult, key: tuple[str, str, int]) -> Unmapped:
@@ -524,15 +540,30 @@ class Mirror:
 
     # -- writing ----------------------------------------------------------------------------
 
+    def locate(self, uri: str) -> Located:
+        """Where `uri` lands, checked on the disk as `path_for` does; hand it to `incoming`
+        to write there without mapping the URI again (the disk is looked at again then)."""
+        return Located(*self._locate(uri))
+
     def incoming(
         self,
         uri: str,
         *,
         length: int | None = None,
         hashes: abc.Mapping[str, str] | None = None,
+        at: Located | None = None,
     ) -> Incoming:
-        """Start receiving `uri`; raises UnsafePath before anything is created."""
-        path, root = self._locate(uri)
+        """Start receiving `uri` (at `at`, from `locate(uri)`, when given); raises
+        UnsafePath before anything is created."""
+        if at is None:
+            path, root = self._locate(uri)
+        else:
+            path, root = at.path, at.root
+            try:
+                self._check_location(path, root)
+            except UnsafePath as exc:
+                exc.source = exc.source or uri
+                raise
         return Incoming(self, uri, path, root, length=length, hashes=hashes)
 
     def _make_parents(self, path: Path, root: _Root, uri: str) -> None:
@@ -813,7 +844,8 @@ class Incoming:
         prefix = _temp_prefix(path.name)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         for _ in range(100):
-            tmp = path.with_name(f"{prefix}.{secrets.token_hex(4)}.part")
+            # Unpredictable enough: the name is only ever created with O_EXCL|O_NOFOLLOW.
+            tmp = path.with_name(f"{prefix}.{random.getrandbits(32):08x}.part")
             try:
                 fd = os.open(tmp, flags, 0o666)
             except FileExistsError:

@@ -237,6 +237,9 @@ class Planner:
     def __init__(self, run: Run) -> None:
         self.run = run
         self._filter = run.options.filter
+        #: The copy's state held nothing when this baseline began (a first baseline): nothing
+        #: is looked up per URI, and the disk is looked at only by the writes.
+        self._empty = False
 
     def taken(self, uri: str) -> bool:
         """Whether `--include`/`--exclude` take `uri` (by where it lands under DEST); a URI
@@ -256,6 +259,13 @@ class Planner:
         url = s.url("resourcelist")
         if url is None:
             raise ReadError("the Source offers no Resource List", source=s.capabilitylist)
+        self._empty = self.run.state.count() == 0
+        try:
+            return self._baseline(url, key, plan, report)
+        finally:
+            self._empty = False
+
+    def _baseline(self, url: str, key: str, plan: Plan, report: SetReport) -> datetime | None:
         at: datetime | None = None
         seen: list[str] = []
         read = 0
@@ -309,15 +319,22 @@ class Planner:
         if not self.taken(uri):
             report.excluded += 1
             return
+        mirror = self.run.mirror
         try:
-            path = self.run.mirror.path_for(uri)
+            # The disk matters to the plan only where the copy may hold the file (and to a
+            # dry run's report); every write looks at it again (`Mirror.incoming`), and what
+            # it refuses then is refused and remembered just as here.
+            if self._empty and not self.run.options.dry_run:
+                path = mirror.mapped(uri)
+            else:
+                path = mirror.path_for(uri)
         except UnsafePath as exc:
             report.refuse(uri, exc)
             plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
             return
         if not self.claim(uri, plan, report, path):
             return
-        known = self.run.state.known(uri)
+        known = None if self._empty else self.run.state.known(uri)
         if (
             known is not None
             and same(known.hashes, known.length, res)
@@ -336,7 +353,7 @@ class Planner:
         other is refused and reported (issue 17.6, 17.7)."""
         mirror = self.run.mirror
         key = path_key(mirror.stored(path) if path is not None else mirror.relpath(uri))
-        other = self.run.state.owner(key)
+        other = None if self._empty else self.run.state.owner(key)
         if other is None or other == uri:
             other = plan.claim(key, uri)
         if other is None or other == uri:

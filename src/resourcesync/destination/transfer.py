@@ -20,7 +20,7 @@ from ..errors import ReadError, ResourceSyncError
 from ..http import HttpOptions, Unreachable
 from ..http.transfer import Fetched, TransferSession
 from ..model import Resource
-from .mirror import IntegrityError, UnsafePath
+from .mirror import IntegrityError, Located, UnsafePath
 from .options import Run
 from .plan import Plan, same
 from .report import Action, SetReport
@@ -178,6 +178,14 @@ class Transfer:
         unreachable = False
         expected = {"length": res.length, "hashes": res.hashes}
         last_error = ""
+        try:
+            # Before any request: what cannot be written is not asked for.
+            at = mirror.locate(uri)
+        except UnsafePath as exc:
+            report.refuse(uri, exc)
+            # Kept as a failure: every run says so until it can be taken (a --map).
+            state.fail(uri, expected, f"refused: {exc.message}", key)
+            return False
         for attempt in (1, 2):
             headers: dict[str, str] = {}
             known = state.known(uri) if held is not False else None
@@ -205,7 +213,7 @@ class Transfer:
                             keep_links(state, known, res)
                             return False
                         continue  # the Source says otherwise: fetch it unconditionally
-                    await self._receive(response, uri, uri, res, key, report, known is None)
+                    await self._receive(response, uri, uri, res, key, report, known is None, at)
                     return False
             except UnsafePath as exc:
                 report.refuse(uri, exc)
@@ -238,6 +246,7 @@ class Transfer:
         key: str,
         report: SetReport,
         new: bool,
+        at: Located | None = None,
     ) -> None:
         """Write `response` (from `source`: `uri` itself or one of its mirrors) as the copy
         of `uri` through the mirror — verified against the list's length and digests — and
@@ -246,7 +255,7 @@ class Transfer:
         hashes = res.hashes if self.run.options.checksum else {}
         # Written from the event loop: handing small files to worker threads was measured
         # to cost more (GIL hand-offs) than the file system calls it hid.
-        with mirror.incoming(uri, length=res.length, hashes=hashes) as inc:
+        with mirror.incoming(uri, length=res.length, hashes=hashes, at=at) as inc:
             async for chunk in response.body(self.run.bandwidth):
                 inc.write(chunk)
             written = inc.commit()
