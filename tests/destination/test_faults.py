@@ -540,3 +540,33 @@ def test_kill_9_during_a_sync_then_resume(tmp_path: Path) -> None:
         assert tree(dest) == new
         assert no_part_files(dest)
         assert cli("audit", src.root, dest).exit_code == 0
+
+
+def test_what_lies_in_a_new_copy_is_refused_before_any_request(tmp_path: Path) -> None:
+    """A first baseline into a DEST that already holds a symlink out of it and a file where
+    a directory is needed (its state is empty, so the plan maps URIs without looking at the
+    disk): each is refused before it is requested, nothing lands outside, and the refusals
+    are remembered (the next run says them again)."""
+    parent = tmp_path / "parent"
+    dest = parent / "dest"
+    (parent / "outside").mkdir(parents=True)
+    dest.mkdir()
+    (dest / "out").symlink_to(parent / "outside")
+    (dest / "plain").write_bytes(b"a file")
+    with hand_source() as src:
+        b = src.base
+        files = {"/ok.txt": b"fine", "/out/evil.txt": b"evil", "/plain/x.txt": b"x"}
+        src.files.update(files)
+        src.publish([entry(b, rel, body) for rel, body in files.items()])
+        for _ in range(2):
+            code, summary = cli_json("sync", b + "/", dest, *FAST)
+            assert code == 1
+            found = problems(summary)
+            assert sorted(found) == [f"{b}/out/evil.txt", f"{b}/plain/x.txt"], found
+            assert "symlink" in found[f"{b}/out/evil.txt"]
+            assert "conflicts with an existing file" in found[f"{b}/plain/x.txt"]
+            assert set_report(summary, SET)["refused"] == 2
+        assert "/out/evil.txt" not in src.hits and "/plain/x.txt" not in src.hits
+    assert list((parent / "outside").iterdir()) == []
+    assert (dest / "plain").read_bytes() == b"a file"
+    assert (dest / "ok.txt").read_bytes() == b"fine"

@@ -555,15 +555,26 @@ class Mirror:
     ) -> Incoming:
         """Start receiving `uri` (at `at`, from `locate(uri)`, when given); raises
         UnsafePath before anything is created."""
-        if at is None:
+        if at is None or self.backup_dir is not None:
+            # (With a backup directory the old file is linked or copied: looked at again.)
             path, root = self._locate(uri)
         else:
+            # Located moments ago: the way there is looked at again (remembered directories
+            # cost nothing); the name itself needs no second look, as the temporary file is
+            # created with O_EXCL|O_NOFOLLOW and renamed over whatever is there (a symlink
+            # is replaced, never written through; a directory makes the rename fail).
             path, root = at.path, at.root
             try:
-                self._check_location(path, root)
+                parent = os.path.dirname(str(path))
+                if parent not in self._safe_dirs:
+                    self._check_parents(path, parent, root)
             except UnsafePath as exc:
                 exc.source = exc.source or uri
                 raise
+            except OSError as exc:
+                raise UnsafePath(
+                    f"cannot check {path}: {exc.strerror or exc}", source=uri
+                ) from None
         return Incoming(self, uri, path, root, length=length, hashes=hashes)
 
     def _make_parents(self, path: Path, root: _Root, uri: str) -> None:
