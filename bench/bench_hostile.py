@@ -191,7 +191,10 @@ def double_gzip_document(src: Source) -> list[str]:
 
 def endless_package(src: Source) -> list[str]:
     b = src.base
-    ordinary(src, [])
+    # A Resource List with one resource, so that the package may hold something planned (a
+    # package is downloaded only then: dumps are a source of bytes, the lists the truth).
+    ordinary(src, [(f"{b}/r0.bin", 1000)])
+    src.static("/r0.bin", b"r" * 1000)
     src.static("/capabilitylist.xml", caps(b, {"resourcedump": f"{b}/resourcedump.xml"}))
     src.static("/resourcedump.xml", urlset("resourcedump", [(f"{b}/p1.zip", MiB)], at=AT))
     src.endless("/p1.zip", b"x" * (64 << 10))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Collection, Mapping
@@ -316,10 +317,20 @@ def _bypass(host: str, proxies: dict[str, str]) -> bool:
 
 
 def _reason(exc: BaseException) -> str:
+    """What went wrong, in words (aiohttp's own messages name its internals)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        err = exc.os_error
+        why = os.strerror(err.errno) if err.errno and err.errno > 0 else err.strerror
+        why = (why or str(err) or type(err).__name__).lower()
+        return f"cannot connect to {exc.host}:{exc.port}: {why}"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "the connection timed out"
     if isinstance(exc, aiohttp.ClientPayloadError):
         return "the connection ended before the body did"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
     if isinstance(exc, TimeoutError):
-        return "timed out"
+        return "timed out waiting for data (--timeout)"
     return str(exc) or type(exc).__name__
 
 
