@@ -13,14 +13,18 @@ import uvicorn
 
 
 @contextlib.contextmanager
-def serve(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
+def serve(
+    app: Any, host: str = "127.0.0.1", *, tls: tuple[str, str] | None = None
+) -> Iterator[str]:
     """Run `app` on `host` (a loopback address: another one stands for another host) in a
-    background thread; yield its base URL (no trailing slash)."""
+    background thread; yield its base URL (no trailing slash). With `tls` (certificate chain
+    file, key file), over https."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+    ssl = {"ssl_certfile": tls[0], "ssl_keyfile": tls[1]} if tls else {}
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, **ssl)  # type: ignore[arg-type]
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -30,7 +34,7 @@ def serve(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
     try:
-        yield f"http://{host}:{port}"
+        yield f"{'https' if tls else 'http'}://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)

@@ -11,13 +11,24 @@ import socket
 import socketserver
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import trustme
 from starlette.responses import Response
 
 from resourcesync.errors import FetchError
-from resourcesync.http import USER_AGENT, HttpOptions, RetryPolicy, Unreachable, origin
+from resourcesync.http import (
+    USER_AGENT,
+    HttpOptions,
+    RetryPolicy,
+    Unreachable,
+    _tls_context,
+    make_client,
+    origin,
+)
 from resourcesync.http.transfer import TransferSession
 from tests.servers import serve
 
@@ -233,3 +244,41 @@ def test_proxies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     assert request_line == f"GET {base}/r HTTP/1.1"
     assert "Proxy-Authorization: Basic dTpwdw==" in fields
     assert len(app.seen) == 1
+
+
+def test_tls_is_verified_with_the_one_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transfer client and the document client trust the same certificates (the one TLS
+    context: certifi, or SSL_CERT_FILE): a server whose CA is not trusted is refused by both,
+    and trusted by both once SSL_CERT_FILE names its CA."""
+    ca = trustme.CA()
+    chain, key, ca_file = tmp_path / "chain.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    issued = ca.issue_cert("127.0.0.1")
+    issued.cert_chain_pems[0].write_to_path(str(chain))
+    for pem in issued.cert_chain_pems[1:]:
+        pem.write_to_path(str(chain), append=True)
+    issued.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    app = Recorder({"/r": Response(b"secret bytes")})
+    options = HttpOptions(retry=NO_RETRY)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with serve(app, tls=(str(chain), str(key))) as base:
+        assert base.startswith("https://")
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        _tls_context.cache_clear()
+        try:
+            with pytest.raises(
+                Unreachable, match=r"certificate of 127\.0\.0\.1:[0-9]+ is not trusted"
+            ):
+                fetch(base + "/r", options)
+            with make_client(options) as client, pytest.raises(httpx.ConnectError):
+                client.get(base + "/r")
+            monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+            _tls_context.cache_clear()
+            assert fetch(base + "/r", options)[:2] == (200, b"secret bytes")
+            with make_client(options) as client:
+                assert client.get(base + "/r").content == b"secret bytes"
+        finally:
+            _tls_context.cache_clear()
+    assert len(app.seen) == 2  # the refused handshakes never reached the application

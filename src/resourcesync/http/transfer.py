@@ -318,6 +318,10 @@ def _bypass(host: str, proxies: dict[str, str]) -> bool:
 
 def _reason(exc: BaseException) -> str:
     """What went wrong, in words (aiohttp's own messages name its internals)."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        cert = exc.certificate_error
+        why = getattr(cert, "verify_message", None) or str(cert)
+        return f"the certificate of {exc.host}:{exc.port} is not trusted: {why}"
     if isinstance(exc, aiohttp.ClientConnectorError):
         err = exc.os_error
         why = os.strerror(err.errno) if err.errno and err.errno > 0 else err.strerror
