@@ -139,6 +139,11 @@ class _Root:
     segments: tuple[str, ...]
     directory: Path  # absolute, lexical
     inside_dest: bool
+    text: str = ""  # str(directory)
+
+    def __post_init__(self) -> None:
+        if not self.text:
+            object.__setattr__(self, "text", str(self.directory))
 
 
 def _normalize_prefix(prefix: str) -> str:
@@ -405,6 +410,9 @@ class Mirror:
         rest, raw_rest = decoded[n:], raw[n:]
         if rest[-1] == "":
             rest[-1] = INDEX_NAME
+        # One search over the whole path for the characters no name may hold; the segment
+        # that holds one is looked for only then.
+        check_chars = _CONTROLS_OR_BACKSLASH.search("".join(rest)) is not None
         for i, (seg, raw_seg) in enumerate(zip(rest, raw_rest, strict=True)):
             if seg == "":
                 what = "a leading" if i == 0 else "an"
@@ -413,7 +421,7 @@ class Mirror:
                 raise UnsafePath(f"path segment {raw_seg!r} is {seg!r}")
             if "/" in seg:
                 raise UnsafePath(f"path segment {raw_seg!r} decodes to a name with '/'")
-            bad = _bad_chars(seg)
+            bad = _bad_chars(seg) if check_chars else None
             if bad:
                 raise UnsafePath(f"path segment {raw_seg!r} {bad}")
         if parts.query:
@@ -421,19 +429,22 @@ class Mirror:
                 raise UnsafePath("query contains a backslash")
             rest[-1] += "?" + parts.query.replace("/", "%2F")
         for seg in rest:
-            if len(seg.encode("utf-8")) > MAX_NAME_BYTES:
+            # A character is at most 4 bytes in UTF-8: short names need no encoding to tell.
+            if len(seg) * 4 > MAX_NAME_BYTES and len(seg.encode("utf-8")) > MAX_NAME_BYTES:
                 raise UnsafePath(f"a name is longer than {MAX_NAME_BYTES} bytes: {seg[:40]!r}…")
         if _TEMP_RE.match(rest[-1]):
             raise UnsafePath(f"name {rest[-1]!r} looks like a temporary file of ours")
-        if sum(len(s.encode("utf-8")) + 1 for s in rest) - 1 > MAX_PATH_BYTES:
+        joined = "/".join(rest)
+        if len(joined.encode("utf-8")) > MAX_PATH_BYTES:
             raise UnsafePath(f"path is longer than {MAX_PATH_BYTES} bytes")
 
-        path = root.directory.joinpath(*rest)
-        if len(os.fsencode(path)) + _TEMP_OVERHEAD >= MAX_PATH_BYTES:
+        # One string, parsed once (no segment is empty, "." or "..", nor holds a "/").
+        text = f"{root.text}/{joined}" if root.text != "/" else f"/{joined}"
+        if len(os.fsencode(text)) + _TEMP_OVERHEAD >= MAX_PATH_BYTES:
             raise UnsafePath("local path would be too long for the file system")
-        if _is_within(str(path), self._state_str):
+        if _is_within(text, self._state_str):
             raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
-        return path, root
+        return Path(text), root
 
     def _unmapped(self, parts: SplitResult, key: tuple[str, str, int]) -> Unmapped:
         """Why no mapping covers a URI, and the --map that would take it."""
