@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from pathlib import Path
 from lxml import etree
 
 from _common import OUT, command, environment, machine, tree
+from bench_sync import free_port, wait_for
 
 HERE = Path(__file__).resolve().parent
 WORK = OUT / "client"
@@ -73,23 +73,6 @@ http {{
 """
 SM = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
 RS = "{http://www.openarchives.org/rs/terms/}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def publish(files: Path, port: int, name: str, env: dict[str, str]) -> tuple[Path, Path]:

@@ -5,7 +5,7 @@ Each set is synchronized in two phases, each its own module. Planning (`plan.py`
 the final state of each URI in SQLite: a 1,000,000-entry Resource List costs megabytes, not
 gigabytes. The transfer (`transfer.py`) carries the plan out with an asyncio pipeline: bounded
 transfers, bounded requests per host, an optional delay between requests to a host, retries with
-backoff (`http.open_stream_async`), conditional requests for resources we already have. Every
+backoff (`http.transfer`), conditional requests for resources we already have. Every
 resource goes through the mirror: a temporary file, checked against the Source's length and
 digests, renamed into place — or reported, with the previous copy kept.
 

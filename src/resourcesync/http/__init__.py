@@ -19,7 +19,7 @@ import random
 import ssl
 import time
 import zlib
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -43,13 +43,11 @@ __all__ = [
     "HttpOptions",
     "RetryPolicy",
     "Unreachable",
-    "aiter_body",
     "iter_body",
     "limit_body",
     "make_async_client",
     "make_client",
     "open_stream",
-    "open_stream_async",
     "options_of",
     "origin",
     "retry_after_seconds",
@@ -414,7 +412,7 @@ def _client_kwargs(options: HttpOptions) -> dict[str, object]:
 
 
 #: When the response headers being read must have arrived (a synchronous request: `open_stream`
-#: sets it while it waits for them). The asynchronous twin uses `asyncio.timeout`.
+#: sets it while it waits for them). The transfers (`http.transfer`) use `asyncio.timeout`.
 _HEADERS_BY: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "resourcesync_headers_by", default=None
 )
@@ -576,83 +574,6 @@ class Bandwidth:
         self._next = start + size / self.rate
         if start > now:
             await asyncio.sleep(start - now)
-
-
-async def aiter_body(
-    response: httpx.Response,
-    url: str,
-    chunk_size: int = 1 << 18,
-    bandwidth: Bandwidth | None = None,
-) -> AsyncIterator[bytes]:
-    """The body in chunks, asynchronously; a failure half way is a FetchError naming the URL
-    (a body past its limits too: see `limit_body`). With `bandwidth`, chunks come no faster
-    than its budget."""
-    if bandwidth is not None:
-        chunk_size = max(1024, min(chunk_size, bandwidth.rate // 4))
-    try:
-        async for chunk in response.aiter_bytes(chunk_size):
-            if bandwidth is not None:
-                await bandwidth.take(len(chunk))
-            yield chunk
-    except BodyRefused as exc:
-        raise _refused(exc, url) from None
-    except httpx.HTTPError as exc:
-        reason = str(exc) or type(exc).__name__
-        raise FetchError(f"transfer failed: {reason}", source=url) from None
-
-
-@contextlib.asynccontextmanager
-async def open_stream_async(
-    url: str,
-    *,
-    client: httpx.AsyncClient,
-    headers: Mapping[str, str] | None = None,
-    options: HttpOptions | None = None,
-    accept: Collection[int] = (),
-    declared: int | None = None,
-) -> AsyncIterator[httpx.Response]:
-    """The asynchronous `open_stream`: GET `url`, retrying as the policy says, and yield the
-    streaming response once its status is 2xx (or one of `accept`, e.g. 304).
-
-    For resources and packages: the body may be `max_size` bytes decoded, or the `declared`
-    length when it is given (one byte more and it is abandoned); the response must arrive
-    within the deadline."""
-    opts = options or options_of(client)
-    attempt = 0
-    yielded = False
-    while True:
-        attempt += 1
-        retry_after: float | None = None
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                try:
-                    async with asyncio.timeout(opts.deadline if opts.deadline > 0 else None):
-                        # A Source that trickles its headers is bounded by the deadline too.
-                        response = await stack.enter_async_context(
-                            client.stream("GET", url, headers=headers)
-                        )
-                except TimeoutError:
-                    raise _late(opts, url) from None
-                status = response.status_code
-                if 200 <= status < 300 or status in accept:
-                    if declared is not None:
-                        limit_body(response, declared=declared)
-                    yielded = True
-                    yield response
-                    return
-                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-                if status not in RETRY_STATUS or attempt > opts.retry.retries:
-                    raise FetchError(f"HTTP {status} {response.reason_phrase}".rstrip(), source=url)
-        except httpx.TooManyRedirects:
-            raise FetchError("too many redirects (a redirect loop?)", source=url) from None
-        except BodyRefused as exc:
-            raise _refused(exc, url) from None
-        except httpx.TransportError as exc:
-            if yielded:
-                raise  # the caller's reading failed: it is the caller's, not ours to retry
-            if attempt > opts.retry.retries:
-                raise _failed(exc, url) from None
-        await asyncio.sleep(opts.retry.delay(attempt, retry_after))
 
 
 def iter_body(response: httpx.Response, url: str, chunk_size: int = 1 << 18) -> Iterator[bytes]:

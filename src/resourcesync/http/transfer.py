@@ -264,7 +264,7 @@ class TransferSession:
         declared: int | None = None,
     ) -> AsyncIterator[Fetched]:
         """GET `url`, retrying as the policy says, and yield the response once its status is
-        2xx (or one of `accept`, e.g. 304), as `open_stream_async` does: the body may be
+        2xx (or one of `accept`, e.g. 304), as `open_stream` does for documents: the body may be
         `max_size` bytes decoded, or the `declared` length when given; the headers must
         arrive within the deadline. A failure to connect, after the retries, is Unreachable."""
         opts = options or self.options
