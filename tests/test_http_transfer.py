@@ -282,3 +282,36 @@ def test_tls_is_verified_with_the_one_context(
         finally:
             _tls_context.cache_clear()
     assert len(app.seen) == 2  # the refused handshakes never reached the application
+
+
+def test_connections_are_kept_across_bodies_304s_and_redirects() -> None:
+    """A body read to its end, a 304 and a redirect's body leave their connection to the next
+    request (one connection for all); a body left unread closes it."""
+    clients: list[Any] = []
+    app = Recorder(
+        {
+            "/a": Response(b"abc"),
+            "/same": Response(b"", status_code=304),
+            "/moved": redirect("/a", body=b"see /a"),
+        }
+    )
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        clients.append(tuple(scope["client"]))
+        await app(scope, receive, send)
+
+    async def go(base: str) -> None:
+        async with TransferSession(HttpOptions(retry=NO_RETRY), limit=1) as session:
+            for path in ("/a", "/same", "/moved", "/a"):
+                async with session.open(base + path, accept=(304,)) as response:
+                    assert b"".join([c async for c in response.body()]) in (b"abc", b"")
+            async with session.open(base + "/a"):
+                pass  # not read: this connection is not reused
+            async with session.open(base + "/a") as response:
+                assert b"".join([c async for c in response.body()]) == b"abc"
+
+    with serve(counting) as base:
+        asyncio.run(go(base))
+    assert len(clients) == 7
+    assert len(set(clients[:6])) == 1, clients
+    assert clients[6] != clients[5]

@@ -103,8 +103,9 @@ class Fetched:
 
     def close(self) -> None:
         """Let the connection go: back to the pool when the body was read to its end,
-        closed when it was not (the rest of a body is never read only to reuse a connection)."""
-        if self.complete:
+        closed when it was not (the rest of a body is never read only to reuse a connection).
+        A response without a body (304) keeps its connection."""
+        if self.complete or self._response.content.at_eof():
             self._response.release()
         else:
             self._response.close()
@@ -246,7 +247,11 @@ class TransferSession:
                     for _piece in guard.raw(data):
                         pass
             finally:
-                response.close()
+                # Read to its end, the connection serves the next hop; else it is closed.
+                if response.content.at_eof():
+                    response.release()
+                else:
+                    response.close()
             following = urljoin(current, location.strip())
             if urlsplit(following).scheme.lower() not in ("http", "https"):
                 raise FetchError(f"redirected to {following}, not an http(s) URL", source=url)
