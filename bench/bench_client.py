@@ -153,6 +153,13 @@ def measured(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
+def sync_args(base: str, dest: Path, conc: int, extra: tuple[str, ...] = ()) -> list[str]:
+    """`sync`'s arguments as measured: the lists, quiet, `--transfers C --per-host C` (or
+    `extra` instead)."""
+    limits = extra or ("--transfers", str(conc), "--per-host", str(conc))
+    return ["sync", base, str(dest), "--via", "lists", "--quiet", *limits]
+
+
 def run_client(
     kind: str,
     conc: int,
@@ -166,15 +173,7 @@ def run_client(
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     if kind == "sync":
-        argv = command(
-            "sync",
-            base,
-            str(dest),
-            "--via",
-            "lists",
-            "--quiet",
-            *(extra or ("--transfers", str(conc), "--per-host", str(conc))),
-        )
+        argv = command(*sync_args(base, dest, conc, extra))
     else:
         argv = [sys.executable, str(HERE / "bare_clients.py"), kind, str(tsv), str(dest), str(conc)]
     wall, cpu = measured(argv, env)
@@ -231,16 +230,7 @@ def profile(base: str, env: dict[str, str], conc: int) -> None:
         "-o",
         str(out),
         str(command()[0]),
-        "sync",
-        base,
-        str(dest),
-        "--via",
-        "lists",
-        "--quiet",
-        "--transfers",
-        str(conc),
-        "--per-host",
-        str(conc),
+        *sync_args(base, dest, conc),
     ]
     subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
     import pstats

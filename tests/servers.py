@@ -12,6 +12,18 @@ from typing import Any
 import uvicorn
 
 
+def read_head(sock: socket.socket) -> bytes | None:
+    """An HTTP request's head (up to the blank line) read from `sock` by hand; None when the
+    client went away first."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return None
+        data += chunk
+    return data.split(b"\r\n\r\n")[0]
+
+
 @contextlib.contextmanager
 def serve(
     app: Any, host: str = "127.0.0.1", *, tls: tuple[str, str] | None = None

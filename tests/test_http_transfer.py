@@ -30,7 +30,7 @@ from resourcesync.http import (
     origin,
 )
 from resourcesync.http.transfer import TransferSession
-from tests.servers import serve
+from tests.servers import read_head, serve
 
 NO_RETRY = RetryPolicy(retries=0)
 
@@ -208,13 +208,10 @@ class _Proxy(socketserver.BaseRequestHandler):
     heads: list[str]
 
     def handle(self) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = self.request.recv(4096)
-            if not chunk:
-                return
-            data += chunk
-        self.heads.append(data.split(b"\r\n\r\n")[0].decode())
+        head = read_head(self.request)
+        if head is None:
+            return
+        self.heads.append(head.decode())
         self.request.sendall(
             b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nvia proxy"
         )

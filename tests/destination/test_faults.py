@@ -45,6 +45,7 @@ from tests.destination.helpers import (
     tree,
     urlset,
 )
+from tests.servers import read_head
 
 SET = "capabilitylist.xml"  # the name of a HandSource's one set (its Capability List's file)
 FAST = ("--timeout", "1", "--retries", "1")
@@ -215,13 +216,10 @@ class _Raw(socketserver.BaseRequestHandler):
     """HTTP/1.1 by hand: whatever `server.responses[path]` says, byte for byte, then close."""
 
     def handle(self) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = self.request.recv(4096)
-            if not chunk:
-                return
-            data += chunk
-        path = data.split(b" ", 2)[1].decode()
+        head = read_head(self.request)
+        if head is None:
+            return
+        path = head.split(b" ", 2)[1].decode()
         responses: dict[str, bytes] = self.server.responses  # type: ignore[attr-defined]
         self.request.sendall(responses.get(path, b"HTTP/1.1 404 Not Found\r\n\r\n"))
         with contextlib.suppress(OSError):
