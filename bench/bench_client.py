@@ -1,9 +1,9 @@
 """The sync client's cost per resource against the bare loops (issue 15.1 and 15.2).
 
 Servers that are not ours: Debian's nginx (started here, one worker) serving a published tree,
-and `latency_server.py` (stdlib asyncio, every answer 20 ms late, headers and body in one
-write). Clients, each a whole process, measured in CPU seconds (user + system, from wait4) and
-wall time, at the same concurrency:
+and `latency_server.py` (stdlib, a thread per connection, every answer 20 ms late, headers and
+body in one write). Clients, each a whole process, measured in CPU seconds (user + system, from
+wait4) and wall time, at the same concurrency:
 
 - `resourcesync sync --via lists --transfers C --per-host C` (every guarantee on: digests
   verified, atomic writes, state recorded, the hostile-Source limits);
@@ -16,7 +16,7 @@ latency server as a share of the limit (per-host ÷ latency; target ≥ 90 %); t
 nginx at `--transfers 64 --per-host 64` (target ≥ 2,000 resources/s).
 
 Usage: python bench/bench_client.py [--files 20000] [--slow-files 3000] [--conc 4,16,64]
-       [--rounds 2] [--profile] [--src OTHER/src]
+       [--rounds 2] [--profile] [--only nginx|latency] [--src OTHER/src]
 """
 
 from __future__ import annotations
@@ -124,11 +124,15 @@ def start_nginx(port: int, docs: Path, files: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def start_latency(port: int, delay: float, docs: Path, files: Path) -> subprocess.Popen[bytes]:
+def start_latency(
+    port: int, delay: float, docs: Path, files: Path, log: Path
+) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [
             sys.executable,
             str(HERE / "latency_server.py"),
+            "--log",
+            str(log),
             str(port),
             str(delay),
             str(docs),
@@ -137,6 +141,22 @@ def start_latency(port: int, delay: float, docs: Path, files: Path) -> subproces
     )
     wait_for(port)
     return proc
+
+
+def phases(log: Path, start: float, end: float) -> tuple[float, float, float]:
+    """From the latency server's request log, one run's (seconds before the first resource
+    was asked for, seconds from then to the last answer, seconds after it), the run having
+    been started at `start` and ended at `end` (CLOCK_MONOTONIC, shared by every process)."""
+    first = last = None
+    for line in log.read_text().splitlines():
+        arrived, sent, target = line.split(" ", 2)
+        a, b = float(arrived), float(sent)
+        if start <= a <= end and target.startswith("/files/"):
+            first = a if first is None else min(first, a)
+            last = b if last is None else max(last, b)
+    if first is None or last is None:
+        raise RuntimeError("the latency server saw no request for a resource")
+    return first - start, last - first, end - last
 
 
 def measured(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -253,6 +273,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--src", help="run another checkout's src (for before figures)")
+    ap.add_argument("--only", choices=("nginx", "latency"), help="one of the two servers")
     ap.add_argument("--dest-dir", type=Path, help="where the clients write (default: tmpfs)")
     args = ap.parse_args()
     global DEST
@@ -266,66 +287,72 @@ def main() -> int:
     results: dict[str, object] = {"machine": machine(), "files": args.files}
     print(f"bench_client: {machine()}")
 
-    port = free_port()
-    files = tree(args.files)
-    docs, tsv = publish(files, port, "fast", env)
-    base = f"http://127.0.0.1:{port}/"
-    server = start_nginx(port, docs, files)
-    try:
-        compare("nginx", base, tsv, args.files, concs, args.rounds, env, results)
-        wall, _ = run_client("sync", 64, base, tsv, args.files, env)
-        fast = args.files / wall
-        results["fast_host_per_s"] = fast
-        print(
-            f"\nOne fast host (nginx), --transfers 64 --per-host 64: {fast:,.0f} resources/s "
-            "(target ≥ 2,000)"
-        )
-        if args.profile:
-            profile(base, env, 16)
-    finally:
-        server.send_signal(signal.SIGQUIT)
-        server.wait()
+    if args.only != "latency":
+        port = free_port()
+        files = tree(args.files)
+        docs, tsv = publish(files, port, "fast", env)
+        base = f"http://127.0.0.1:{port}/"
+        server = start_nginx(port, docs, files)
+        try:
+            compare("nginx", base, tsv, args.files, concs, args.rounds, env, results)
+            wall, _ = run_client("sync", 64, base, tsv, args.files, env)
+            fast = args.files / wall
+            results["fast_host_per_s"] = fast
+            print(
+                f"\nOne fast host (nginx), --transfers 64 --per-host 64: {fast:,.0f} resources/s "
+                "(target ≥ 2,000)"
+            )
+            if args.profile:
+                profile(base, env, 16)
+        finally:
+            server.send_signal(signal.SIGQUIT)
+            server.wait()
 
-    port = free_port()
-    slow = tree(args.slow_files)
-    docs, tsv = publish(slow, port, "slow", env)
-    base = f"http://127.0.0.1:{port}/"
-    server = start_latency(port, args.delay, docs, slow)
-    try:
-        compare(
-            f"latency {args.delay * 1000:.0f} ms",
-            base,
-            tsv,
-            args.slow_files,
-            concs,
-            1,
-            env,
-            results,
-        )
-        wall, _ = run_client("sync", 0, base, tsv, args.slow_files, env, ("--per-host", "4"))
-        rate = args.slow_files / wall
+    if args.only != "nginx":
+        port = free_port()
+        slow = tree(args.slow_files)
+        docs, tsv = publish(slow, port, "slow", env)
+        base = f"http://127.0.0.1:{port}/"
+        log = WORK / "latency-requests.log"
+        server = start_latency(port, args.delay, docs, slow, log)
+        windows = {}
+        try:
+            compare(
+                f"latency {args.delay * 1000:.0f} ms",
+                base,
+                tsv,
+                args.slow_files,
+                concs,
+                1,
+                env,
+                results,
+            )
+            for kind in ("sync", "aiohttp"):
+                start = time.monotonic()
+                # `sync` at its default limits: --per-host 4 is the politeness limit.
+                limits = ("--per-host", "4") if kind == "sync" else ()
+                wall, _ = run_client(kind, 4, base, tsv, args.slow_files, env, limits)
+                windows[kind] = (start, time.monotonic(), wall)
+        finally:
+            server.terminate()
+            server.wait()
         limit = 4 / args.delay
-        results["polite_per_s"], results["polite_share"] = rate, rate / limit
-        # What comes before the first transfer (start-up, discovery, reading and planning the
-        # list): a dry run of the same list, so the transfers can be judged on their own.
-        before, _ = measured(
-            command("sync", base, str(DEST / "dest-dry"), "--via", "lists", "--quiet", "--dry-run"),
-            env,
-        )
-        over = args.slow_files / max(wall - before, 1e-9)
-        bare, _ = run_client("aiohttp", 4, base, tsv, args.slow_files, env)
-        results["polite_transfers_share"] = over / limit
-        results["polite_bare_share"] = args.slow_files / bare / limit
-        print(
-            f"\nDefault per-host limit (4) against {args.delay * 1000:.0f} ms: {rate:,.0f} "
-            f"resources/s, {rate / limit:.0%} of the limit {limit:,.0f}/s (target ≥ 90 %); "
-            f"over the transfers alone ({before:.2f} s before the first, from a --dry-run) "
-            f"{over / limit:.0%}; the bare aiohttp loop at 4 connections "
-            f"{args.slow_files / bare / limit:.0%}"
-        )
-    finally:
-        server.terminate()
-        server.wait()
+        delay_ms = args.delay * 1000
+        print(f"\nDefault per-host limit (4) against {delay_ms:.0f} ms (limit {limit:,.0f}/s):")
+        for kind, (start, end, wall) in windows.items():
+            before, during, after = phases(log, start, end)
+            rate = args.slow_files / wall
+            over = args.slow_files / during
+            results[f"polite_{kind}_per_s"] = rate
+            results[f"polite_{kind}_share"] = rate / limit
+            results[f"polite_{kind}_transfers_share"] = over / limit
+            name = "sync" if kind == "sync" else "bare aiohttp loop"
+            print(
+                f"  {name:<18} {rate:,.0f}/s whole command: {rate / limit:.1%} of the limit"
+                f"{' (target ≥ 90 %)' if kind == 'sync' else ''}; over its transfers "
+                f"{over / limit:.1%} ({before:.2f} s before the first request for a resource, "
+                f"{after:.2f} s after the last answer)"
+            )
     (OUT / "bench_client.json").write_text(json.dumps(results, indent=2))
     shutil.rmtree(DEST, ignore_errors=True)
     return 0

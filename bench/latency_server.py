@@ -1,16 +1,23 @@
 """A minimal HTTP/1.1 server that answers every request after a fixed delay, headers and body
-in one write (stdlib only: not our server, so our client is what a benchmark measures).
+in one write (stdlib only: not our server, so our client is what a benchmark measures). A
+thread per connection, so every answer is on time whatever the others do.
 
-Usage: python bench/latency_server.py PORT DELAY_SECONDS ROOT [PREFIX=DIR ...]
+Usage: python bench/latency_server.py [--log FILE] PORT DELAY_SECONDS ROOT [PREFIX=DIR ...]
 Serves ROOT at /, and each DIR at /PREFIX/ (keep-alive, GET and HEAD, 404 for the rest).
+`--log FILE`: a line per request, `ARRIVED SENT PATH` (CLOCK_MONOTONIC seconds, the clock every
+process shares), written when the server stops.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
+import signal
+import socket
+import socketserver
 import sys
+import time
 from email.utils import formatdate
+from typing import ClassVar
 
 TYPES = {".xml": b"application/xml", ".txt": b"text/plain"}
 
@@ -25,64 +32,85 @@ def resolve(mounts: list[tuple[str, str]], target: str) -> str | None:
     return None
 
 
-class Delayed(asyncio.Protocol):
-    def __init__(self, mounts: list[tuple[str, str]], delay: float) -> None:
-        self.mounts, self.delay = mounts, delay
-        self.buf = b""
-        self.transport: asyncio.Transport | None = None
+class Handler(socketserver.BaseRequestHandler):
+    """One connection, in its own thread: each answer is written `delay` after its request
+    arrived, timed with `time.sleep` (nanosleep: a few tens of microseconds late at most; an
+    event loop's timer rounds up to the millisecond and runs late under load)."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+    mounts: ClassVar[list[tuple[str, str]]] = []
+    delay = 0.0
+    log: ClassVar[list[tuple[float, float, str]]] = []
 
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        while b"\r\n\r\n" in self.buf:
-            head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+    def handle(self) -> None:
+        sock = self.request
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = b""
+        while True:
+            while b"\r\n\r\n" not in buf:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                buf += data
+            arrived = time.monotonic()
+            head, buf = buf.split(b"\r\n\r\n", 1)
             method, target = head.split(b"\r\n", 1)[0].split(b" ")[:2]
-            reply = self.answer(method.decode(), target.decode())
-            asyncio.get_running_loop().call_later(self.delay, self.send, reply)
-
-    def send(self, reply: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(reply)
-
-    def answer(self, method: str, target: str) -> bytes:
-        path = resolve(self.mounts, target)
-        body = b""
-        status = b"404 Not Found"
-        ctype = b"text/plain"
-        if path is not None and os.path.isfile(path):
-            with open(path, "rb") as f:
-                body = f.read()
-            status = b"200 OK"
-            ctype = TYPES.get(os.path.splitext(path)[1], b"application/xml")
-        head = (
-            b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype
-            + b"\r\nContent-Length: " + str(len(body)).encode()
-            + b"\r\nDate: " + formatdate(usegmt=True).encode()
-            + b"\r\n\r\n"
-        )  # fmt: skip
-        return head + (body if method == "GET" else b"")
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+            reply = answer(self.mounts, method.decode(), target.decode())
+            late = arrived + self.delay - time.monotonic()
+            if late > 0:
+                time.sleep(late)
+            try:
+                sock.sendall(reply)
+            except OSError:
+                return
+            self.log.append((arrived, time.monotonic(), target.decode()))
 
 
-async def main() -> None:
-    port, delay, root = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+def answer(mounts: list[tuple[str, str]], method: str, target: str) -> bytes:
+    path = resolve(mounts, target)
+    body = b""
+    status = b"404 Not Found"
+    ctype = b"text/plain"
+    if path is not None and os.path.isfile(path):
+        with open(path, "rb") as f:
+            body = f.read()
+        status = b"200 OK"
+        ctype = TYPES.get(os.path.splitext(path)[1], b"application/xml")
+    head = (
+        b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype
+        + b"\r\nContent-Length: " + str(len(body)).encode()
+        + b"\r\nDate: " + formatdate(usegmt=True).encode()
+        + b"\r\n\r\n"
+    )  # fmt: skip
+    return head + (body if method == "GET" else b"")
+
+
+class Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    log = None
+    if args[0] == "--log":
+        log, args = args[1], args[2:]
+    port, delay, root = int(args[0]), float(args[1]), args[2]
     mounts = []
-    for spec in sys.argv[4:]:
+    for spec in args[3:]:
         prefix, directory = spec.split("=", 1)
         mounts.append(("/" + prefix.strip("/") + "/", directory))
     mounts.append(("/", root))
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: Delayed(mounts, delay), "127.0.0.1", port, backlog=1024
-    )
-    async with server:
-        await server.serve_forever()
+    Handler.mounts, Handler.delay = mounts, delay
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        with Server(("127.0.0.1", port), Handler) as server:
+            server.serve_forever()
+    finally:
+        if log is not None:
+            with open(log, "w") as f:
+                f.writelines(f"{a:.6f} {b:.6f} {t}\n" for a, b, t in list(Handler.log))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

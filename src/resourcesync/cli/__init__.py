@@ -7,10 +7,17 @@ command pays at start-up only for what it uses (issue 15.5; `python -X importtim
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
 from .. import __version__
+
+# httpx imports its own command line at `import httpx` (click, rich, pygments: a quarter of
+# httpx's import time) whenever they are installed, as rich is for us. Our command never runs
+# httpx's, so that module stays out of this process (an import of it raises ImportError, which
+# httpx expects; upstream makes it lazy in pydantic/httpx2#947).
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 #: Command name → (module under resourcesync.cli, attribute), in the order the help lists them:
 #: the order of the work (issue 14.18).

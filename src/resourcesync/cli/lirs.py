@@ -555,13 +555,12 @@ def antenna(
         tz_offset=tz_offset,
     )
     warnings = Warnings()
-    console = stderr_console()
     done = 0
     with Antenna(config, on_warning=warnings) as ant:
         while True:
             sites = read_site_list(urls)
             if show_progress() and not as_json:
-                with console.status(f"checking {len(sites)} sites"):
+                with stderr_console().status(f"checking {len(sites)} sites"):
                     summary = ant.run_round(sites)
             else:
                 summary = ant.run_round(sites)
