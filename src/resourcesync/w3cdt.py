@@ -96,6 +96,10 @@ def parse_zoneless(text: str) -> datetime | None:
 
 def format_w3c(value: datetime) -> str:
     """Write a datetime as `YYYY-MM-DDThh:mm:ss[.ffffff]Z` in UTC. Naive values are taken as UTC."""
+    if value.tzinfo is UTC:
+        # What parse_w3c gives: the C formatter, `+00:00` written `Z` (a year is always
+        # written with four digits, a fraction with six).
+        return value.isoformat()[:-6] + "Z"
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     elif value.utcoffset():

@@ -76,19 +76,25 @@ class Plan:
         URI's remembered failure or pending deletion is superseded). `sig` marks an undated
         change (see `undated_sig`). `held`: whether the copy's state held the URI when it was
         planned (None: not looked up), so the transfer need not look again."""
-        self.batch.append(
-            (
-                uri,
-                action,
-                res.length if res else None,
-                json.dumps(res.hashes) if res and res.hashes else None,
-                format_w3c(res.lastmod) if res and res.lastmod else None,
-                format_w3c(res.change_time) if res and res.change_time else None,
-                sig,
-                links_column(res.links) if res else None,
-                held,
+        if res is None:
+            self.batch.append((uri, action, None, None, None, None, sig, None, held))
+        else:
+            lastmod = format_w3c(res.lastmod) if res.lastmod else None
+            when = res.change_time
+            self.batch.append(
+                (
+                    uri,
+                    action,
+                    res.length,
+                    json.dumps(res.hashes) if res.hashes else None,
+                    lastmod,
+                    # A Resource List's entry: its change time is its lastmod (formatted once).
+                    lastmod if when is res.lastmod else format_w3c(when) if when else None,
+                    sig,
+                    links_column(res.links),
+                    held,
+                )
             )
-        )
         if len(self.batch) >= _BATCH:
             self.flush()
 
@@ -292,14 +298,18 @@ class Planner:
                     pass
                 tell_warnings(visit.reader, report)
                 continue
+            # What the Source lists is remembered to find what it no longer lists (`extras`);
+            # a first baseline holds nothing it could have stopped listing.
+            track = not self._empty
             for _, res in visit.entries():
-                seen.append(res.loc)
-                if len(seen) >= _BATCH:
-                    plan.seen(seen)
-                    seen.clear()
-                    read += _BATCH
-                    if self.run.progress:
-                        self.run.progress("read", read, 0, 0)
+                if track:
+                    seen.append(res.loc)
+                    if len(seen) >= _BATCH:
+                        plan.seen(seen)
+                        seen.clear()
+                read += 1
+                if read % _BATCH == 0 and self.run.progress:
+                    self.run.progress("read", read, 0, 0)
                 self.fetch_unless_held(res, plan, report)
             tell_warnings(visit.reader, report)
         plan.seen(seen)
