@@ -545,7 +545,10 @@ class Mirror:
                 raise UnsafePath(
                     f"mapping directory {root.directory} is a symlink out of DEST (to {real})"
                 )
-            if os.path.isdir(root.directory):
+            # Kept once the directory is there (a missing one may yet be created, by us or
+            # as a symlink), or for a dry run, which creates nothing: a dry run into an empty
+            # DEST resolved the root again for every resource.
+            if self.dry_run or os.path.isdir(root.directory):
                 self._roots_real[root.directory] = real
         return real
 
