@@ -188,12 +188,14 @@ def _resource(
     links: str | None,
 ) -> Resource:
     """A plan row as the entry it was planned from."""
+    modified = parse_w3c(lastmod) if lastmod else None
     return Resource(
         loc=uri,
         length=length,
         hashes=json.loads(hashes) if hashes else {},
-        lastmod=parse_w3c(lastmod) if lastmod else None,
-        datetime=parse_w3c(when) if when else None,
+        lastmod=modified,
+        # A Resource List's entry changed when it was modified: the same text, read once.
+        datetime=modified if when == lastmod else parse_w3c(when) if when else None,
         links=[link_from_json(d) for d in json.loads(links)] if links else [],
     )
 
