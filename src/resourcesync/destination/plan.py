@@ -109,9 +109,8 @@ class Plan:
 
     def flush(self) -> None:
         if self.batch:
-            # Deleting first moves a URI planned again to the end: changes apply in order of
-            # their last occurrence.
-            self.db.executemany("DELETE FROM plan WHERE uri = ?", [(b[0],) for b in self.batch])
+            # A URI planned again replaces its row, and the new row takes the next `seq`: it
+            # moves to the end, so changes apply in order of their last occurrence.
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime, "
                 "sig, links, held) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
