@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
@@ -568,3 +569,35 @@ def test_what_lies_in_a_new_copy_is_refused_before_any_request(tmp_path: Path) -
     assert list((parent / "outside").iterdir()) == []
     assert (dest / "plain").read_bytes() == b"a file"
     assert (dest / "ok.txt").read_bytes() == b"fine"
+
+
+def test_a_state_that_cannot_be_written_at_the_end_still_closes_the_connections(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # The last batch of records fails (a full disk): the run stops with that error, and the
+    # transfer session is closed on the way out (left open, aiohttp printed "Unclosed client
+    # session" lines after the one line the command line gives).
+    import sqlite3
+
+    from resourcesync.destination.state import DestinationState
+    from resourcesync.http.transfer import TransferSession
+
+    closed: list[bool] = []
+    real_aclose = TransferSession.aclose
+
+    async def aclose(self: TransferSession) -> None:
+        closed.append(True)
+        await real_aclose(self)
+
+    def full(self: DestinationState, rows: list[Any]) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(TransferSession, "aclose", aclose)
+    monkeypatch.setattr(DestinationState, "record_many", full)
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")])
+        with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+            sync(b + "/", tmp_path / "dest", SyncOptions())
+    assert closed == [True]

@@ -91,50 +91,51 @@ class Transfer:
             if progress:
                 progress("fetch", done, total, report.bytes)
 
-        # One pool for the run: the semaphores above bound what it opens.
-        client = TransferSession(opts.http, limit=opts.transfers, per_host=opts.per_host)
-        await client.__aenter__()
-        # An error no transfer can report (the state database cannot be written: a full
-        # disk) stops the run: every task's outcome is collected here, so none is left
-        # "never retrieved", and the others are cancelled.
-        errors: list[BaseException] = []
-        # A window of tasks twice the transfers wide, so the next request is ready when a
-        # connection frees; waited for with a semaphore (asyncio.wait on the whole window
-        # would cost a callback per task per completion).
-        room = opts.transfers * 2
-        window = asyncio.Semaphore(room)
+        # One pool for the run: the semaphores above bound what it opens. Closed however
+        # the run ends (a last batch of records that cannot be written included).
+        async with TransferSession(
+            opts.http, limit=opts.transfers, per_host=opts.per_host
+        ) as client:
+            # An error no transfer can report (the state database cannot be written: a full
+            # disk) stops the run: every task's outcome is collected here, so none is left
+            # "never retrieved", and the others are cancelled.
+            errors: list[BaseException] = []
+            # A window of tasks twice the transfers wide, so the next request is ready when a
+            # connection frees; waited for with a semaphore (asyncio.wait on the whole window
+            # would cost a callback per task per completion).
+            room = opts.transfers * 2
+            window = asyncio.Semaphore(room)
 
-        def finished(task: asyncio.Task[None]) -> None:
-            pending.discard(task)
-            window.release()
-            if not task.cancelled() and (exc := task.exception()) is not None:
-                errors.append(exc)
+            def finished(task: asyncio.Task[None]) -> None:
+                pending.discard(task)
+                window.release()
+                if not task.cancelled() and (exc := task.exception()) is not None:
+                    errors.append(exc)
 
-        try:
-            for uri, res, held in plan.rows_held("fetch"):
-                await window.acquire()
-                if errors:
-                    raise errors[0]
-                task = asyncio.create_task(one(client, uri, res, held))
-                pending.add(task)
-                task.add_done_callback(finished)
-            for _ in range(room):
-                await window.acquire()
-                if errors:
-                    raise errors[0]
-        finally:
-            for task in list(pending):
-                task.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-            self.flush_records()
-            for host, skipped in given_up.items():
-                report.problem(
-                    host,
-                    f"could not connect {opts.host_failures} times in a row: host given up, "
-                    f"{skipped} more resources not fetched (retried by the next run)",
-                )
-            await client.aclose()
+            try:
+                for uri, res, held in plan.rows_held("fetch"):
+                    await window.acquire()
+                    if errors:
+                        raise errors[0]
+                    task = asyncio.create_task(one(client, uri, res, held))
+                    pending.add(task)
+                    task.add_done_callback(finished)
+                for _ in range(room):
+                    await window.acquire()
+                    if errors:
+                        raise errors[0]
+            finally:
+                for task in list(pending):
+                    task.cancel()
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+                self.flush_records()
+                for host, skipped in given_up.items():
+                    report.problem(
+                        host,
+                        f"could not connect {opts.host_failures} times in a row: host given up, "
+                        f"{skipped} more resources not fetched (retried by the next run)",
+                    )
 
     def _verified_copy(
         self, uri: str, path: Path, length: int | None, hashes: dict[str, str]
