@@ -19,7 +19,7 @@ import random
 import ssl
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -189,14 +189,22 @@ def _scope(options: HttpOptions, request: httpx.Request, told: set[str]) -> None
     scope_headers(options, request.headers, (url.scheme, url.host, url.port), shown, told)
 
 
+def base_headers(options: HttpOptions) -> dict[str, str]:
+    """The headers every request carries: ours, then the user's (`--header`)."""
+    return {"User-Agent": USER_AGENT, "Accept-Encoding": _ACCEPT_ENCODING, **options.headers}
+
+
+def content_codings(values: Iterable[str]) -> list[str]:
+    """The content codings of a response, in the order they were applied, from its
+    `Content-Encoding` header values (`identity` left out)."""
+    codings = (c.strip().lower() for value in values for c in value.split(","))
+    return [c for c in codings if c and c != "identity"]
+
+
 def _guard(options: HttpOptions, response: httpx.Response, asynchronous: bool) -> None:
     """Put the response body behind a `_Guard` (size, deadline, rate, capped decoding)."""
     started = response.request.extensions.get("resourcesync.started", time.monotonic())
-    codings = [
-        c.strip().lower()
-        for c in response.headers.get_list("content-encoding", split_commas=True)
-        if c.strip() and c.strip().lower() != "identity"
-    ]
+    codings = content_codings(response.headers.get_list("content-encoding"))
     guard = _Guard(str(response.request.url), codings, options, started)
     if response.has_redirect_location:
         guard.cap(MAX_REDIRECT_BODY, "a redirect's body")
@@ -396,10 +404,9 @@ def limit_body(
 
 
 def _client_kwargs(options: HttpOptions) -> dict[str, object]:
-    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": _ACCEPT_ENCODING, **options.headers}
     return {
         "verify": _tls_context(),
-        "headers": headers,
+        "headers": base_headers(options),
         "timeout": httpx.Timeout(options.timeout, connect=options.connect_timeout),
         "limits": httpx.Limits(
             max_connections=options.max_connections,

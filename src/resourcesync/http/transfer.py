@@ -22,11 +22,11 @@ import contextlib
 import os
 import re
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Collection, Mapping
 from types import TracebackType
 from typing import Any
 from urllib.parse import urljoin, urlsplit
-from urllib.request import getproxies_environment
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -34,10 +34,8 @@ from yarl import URL
 
 from ..errors import FetchError
 from . import (
-    _ACCEPT_ENCODING,
     MAX_REDIRECT_BODY,
     RETRY_STATUS,
-    USER_AGENT,
     Bandwidth,
     BodyRefused,
     HttpOptions,
@@ -46,6 +44,8 @@ from . import (
     _late,
     _refused,
     _tls_context,
+    base_headers,
+    content_codings,
     retry_after_seconds,
     scope_headers,
 )
@@ -124,11 +124,9 @@ class TransferSession:
         #: Proxies from the environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY), read
         #: once: aiohttp's own `trust_env` looks them up, and reads ~/.netrc, in a worker thread
         #: on every request — more than the rest of a small transfer costs.
-        self._proxies = getproxies_environment()
+        self._proxies = urllib.request.getproxies_environment()
         self._proxy_for: dict[tuple[str, str], tuple[URL | None, dict[str, str] | None]] = {}
-        self._base = CIMultiDict(
-            {"User-Agent": USER_AGENT, "Accept-Encoding": _ACCEPT_ENCODING, **options.headers}
-        )
+        self._base = CIMultiDict(base_headers(options))
 
     async def __aenter__(self) -> TransferSession:
         opts = self.options
@@ -188,9 +186,7 @@ class TransferSession:
         return found
 
     def _headers(self, url: str, extra: Mapping[str, str] | None, opts: HttpOptions) -> Any:
-        headers = self._base.copy() if opts is self.options else CIMultiDict(
-            {"User-Agent": USER_AGENT, "Accept-Encoding": _ACCEPT_ENCODING, **opts.headers}
-        )  # fmt: skip
+        headers = self._base.copy() if opts is self.options else CIMultiDict(base_headers(opts))
         if extra:
             headers.update(extra)
         if opts.scoped_headers:
@@ -231,12 +227,7 @@ class TransferSession:
                 proxy=proxy,
                 proxy_headers=proxy_headers,
             )
-            codings = [
-                c.strip().lower()
-                for value in response.headers.getall("Content-Encoding", ())
-                for c in value.split(",")
-                if c.strip() and c.strip().lower() != "identity"
-            ]
+            codings = content_codings(response.headers.getall("Content-Encoding", ()))
             guard = _Guard(current, codings, opts, started)
             location = response.headers.get("Location")
             if not (opts.follow_redirects and response.status in _REDIRECTS and location):
@@ -315,8 +306,6 @@ class TransferSession:
 
 def _bypass(host: str, proxies: dict[str, str]) -> bool:
     """Whether NO_PROXY (in `proxies`, as `getproxies_environment` gives it) exempts `host`."""
-    import urllib.request
-
     bypass: Any = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
     return bool(bypass(host, proxies))
 
