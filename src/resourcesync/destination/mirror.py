@@ -367,13 +367,17 @@ class Mirror:
     def _locate(self, uri: str) -> tuple[Path, _Root]:
         """Where `uri` maps, with what lies on the disk on the way checked."""
         path, root = self._map(uri)
+        self._checked(uri, path, root)
+        return path, root
+
+    def _checked(self, uri: str, path: Path, root: _Root, *, name: bool = True) -> None:
+        """`_check_location`, its refusal naming `uri`."""
         try:
-            self._check_location(path, root)
+            self._check_location(path, root, name=name)
         except UnsafePath as exc:
             if exc.source is None:
                 exc.source = uri
             raise
-        return path, root
 
     def _map(self, uri: str) -> tuple[Path, _Root]:
         """Where `uri` maps (the rules of the module docstring), from the URI alone."""
@@ -461,8 +465,9 @@ class Mirror:
             )
         return Unmapped(why, hint=f"--map {site}=DIR")
 
-    def _check_location(self, path: Path, root: _Root) -> None:
-        """Refuse the state directory, symlinks out of the root, and file/directory conflicts.
+    def _check_location(self, path: Path, root: _Root, *, name: bool = True) -> None:
+        """Refuse the state directory, symlinks out of the root, and file/directory conflicts
+        (on the way to `path`, and at `path` itself unless `name` is False).
 
         A directory found safe is remembered for the rest of the run (we only ever create
         directories and regular files; a directory is checked again if it did not exist yet),
@@ -475,6 +480,8 @@ class Mirror:
             parent = os.path.dirname(target)
             if parent not in self._safe_dirs:
                 self._check_parents(path, parent, root)
+            if not name:
+                return
             try:
                 st = os.lstat(target)
             except FileNotFoundError:
@@ -578,17 +585,7 @@ class Mirror:
             # created with O_EXCL|O_NOFOLLOW and renamed over whatever is there (a symlink
             # is replaced, never written through; a directory makes the rename fail).
             path, root = at.path, at.root
-            try:
-                parent = os.path.dirname(str(path))
-                if parent not in self._safe_dirs:
-                    self._check_parents(path, parent, root)
-            except UnsafePath as exc:
-                exc.source = exc.source or uri
-                raise
-            except OSError as exc:
-                raise UnsafePath(
-                    f"cannot check {path}: {exc.strerror or exc}", source=uri
-                ) from None
+            self._checked(uri, path, root, name=False)
         return Incoming(self, uri, path, root, length=length, hashes=hashes)
 
     def _make_parents(self, path: Path, root: _Root, uri: str) -> None:
