@@ -183,9 +183,7 @@ class Transfer:
             # Before any request: what cannot be written is not asked for.
             at = mirror.locate(uri)
         except UnsafePath as exc:
-            report.refuse(uri, exc)
-            # Kept as a failure: every run says so until it can be taken (a --map).
-            state.fail(uri, expected, f"refused: {exc.message}", key)
+            self._refused(uri, exc, expected, key, report)
             return False
         for attempt in (1, 2):
             headers: dict[str, str] = {}
@@ -217,9 +215,7 @@ class Transfer:
                     await self._receive(response, uri, uri, res, key, report, known is None, at)
                     return False
             except UnsafePath as exc:
-                report.refuse(uri, exc)
-                # Kept as a failure: every run says so until it can be taken (a --map).
-                state.fail(uri, expected, f"refused: {exc.message}", key)
+                self._refused(uri, exc, expected, key, report)
                 return False
             except IntegrityError as exc:
                 last_error = exc.message
@@ -237,6 +233,13 @@ class Transfer:
         report.problem(uri, last_error)
         state.fail(uri, expected, last_error, key)
         return unreachable
+
+    def _refused(
+        self, uri: str, exc: UnsafePath, expected: dict[str, Any], key: str, report: SetReport
+    ) -> None:
+        report.refuse(uri, exc)
+        # Kept as a failure: every run says so until it can be taken (a --map).
+        self.run.state.fail(uri, expected, f"refused: {exc.message}", key)
 
     async def _receive(
         self,
