@@ -756,3 +756,33 @@ def test_map_never_reads_outside_its_directory(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert [Path(d["source"]).name for d in report["documents"]] == ["resourcelist.xml"]
     assert sum("maps outside" in f["message"] for f in report["findings"]) == 2
+
+
+def test_a_signal_once_the_command_is_done_keeps_its_exit_code(tmp_path: Path) -> None:
+    # Ctrl-C (or SIGTERM) that comes after the command's last line, while the interpreter shuts
+    # down, used to kill the process by the signal (exit -2 after "ok") or make click print
+    # "Aborted!": the program now ends with the command's own code. Played deterministically
+    # by a signal sent from an exit handler.
+    doc = tmp_path / "rl.xml"
+    doc.write_text(
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+        'xmlns:rs="http://www.openarchives.org/rs/terms/">'
+        '<rs:ln rel="up" href="http://example.org/capabilitylist.xml"/>'
+        '<rs:md capability="resourcelist" at="2026-01-01T00:00:00Z"/>'
+        "<url><loc>http://example.org/a</loc></url></urlset>"
+    )
+    for sig in ("SIGINT", "SIGTERM"):
+        for target, code in ((doc, 0), (tmp_path / "missing.xml", 2)):
+            program = (
+                "import atexit, os, signal, sys\n"
+                f"atexit.register(lambda: os.kill(os.getpid(), signal.{sig}))\n"
+                "from resourcesync.cli import run\n"
+                f"sys.argv = ['resourcesync', 'validate', {str(target)!r}]\n"
+                "run()\n"
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == code, (sig, target, done.returncode, done.stderr)
+            assert "Traceback" not in done.stderr and "Aborted" not in done.stderr, done.stderr
+            assert "Exception ignored" not in done.stderr, done.stderr

@@ -71,4 +71,13 @@ def main() -> None:
     """
 
 
-__all__ = ["main"]
+def run() -> None:
+    """The `resourcesync` program (its console script and `python -m resourcesync`): `main`,
+    with what only a whole process may do to its signals once a command is done."""
+    from ._common import as_program
+
+    as_program()
+    main()
+
+
+__all__ = ["main", "run"]

@@ -3,9 +3,11 @@ and a console that shows progress on a terminal and stays quiet in pipes."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
+import os
 import signal
 import sys
 import threading
@@ -127,44 +129,80 @@ def handle_errors(func: F) -> F:
         previous = None
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGTERM, _terminate)
+        status: object = 1  # an error nobody caught, until the command returns
         try:
-            return func(*args, **kwargs)
-        except ResourceSyncError as exc:
-            fail(str(exc))
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
-        except _Terminated:
-            fail("terminated", 143)
-        except BrokenPipeError:
-            # The reader of our output went away (e.g. `| head`): not an error of ours.
-            sys.stderr.close()
-            sys.exit(0)
-        except OSError as exc:
-            # A file system that refuses a write (full, read-only, permission denied, a file
-            # in the way): one line naming the path; every write is atomic, so nothing is
-            # half-written and the next run completes (issue 17.17, 14.5).
-            full = exc.errno in _FULL
-            where = f"cannot write {exc.filename}" if exc.filename else "cannot write"
-            hint = ": free some space and run again" if full else ""
-            fail(f"{where}: {exc.strerror or exc}{hint}", EXIT_FINDINGS if full else EXIT_ERROR)
-        except Exception as exc:
-            sqlite3 = sys.modules.get("sqlite3")
-            if sqlite3 is None or not isinstance(exc, sqlite3.OperationalError):
+            try:
+                result = func(*args, **kwargs)
+                status = 0
+                return result
+            except ResourceSyncError as exc:
+                fail(str(exc))
+            except KeyboardInterrupt:
+                fail("interrupted", 130)
+            except _Terminated:
+                fail("terminated", 143)
+            except BrokenPipeError:
+                # The reader of our output went away (e.g. `| head`): not an error of ours.
+                sys.stderr.close()
+                sys.exit(0)
+            except OSError as exc:
+                # A file system that refuses a write (full, read-only, permission denied, a file
+                # in the way): one line naming the path; every write is atomic, so nothing is
+                # half-written and the next run completes (issue 17.17, 14.5).
+                full = exc.errno in _FULL
+                where = f"cannot write {exc.filename}" if exc.filename else "cannot write"
+                hint = ": free some space and run again" if full else ""
+                fail(f"{where}: {exc.strerror or exc}{hint}", EXIT_FINDINGS if full else EXIT_ERROR)
+            except Exception as exc:
+                sqlite3 = sys.modules.get("sqlite3")
+                if sqlite3 is None or not isinstance(exc, sqlite3.OperationalError):
+                    raise
+                text = str(exc)
+                if "disk is full" in text or "disk I/O error" in text:
+                    fail(
+                        f"cannot write a state database ({text}): free some space and run again",
+                        EXIT_FINDINGS,
+                    )
+                if "readonly" in text or "unable to open" in text:
+                    fail(f"cannot write a state database ({text})")
                 raise
-            text = str(exc)
-            if "disk is full" in text or "disk I/O error" in text:
-                fail(
-                    f"cannot write a state database ({text}): free some space and run again",
-                    EXIT_FINDINGS,
-                )
-            if "readonly" in text or "unable to open" in text:
-                fail(f"cannot write a state database ({text})")
+        except SystemExit as exc:
+            status = exc.code
             raise
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+            if _program and threading.current_thread() is threading.main_thread():
+                _when_done(status)
 
     return wrapper  # type: ignore[return-value]
+
+
+#: Set by the program itself (`cli.run`), never by a test's CliRunner: what `_when_done` does
+#: is process-wide.
+_program = False
+
+
+def as_program() -> None:
+    """This process is the `resourcesync` program: see `_when_done`."""
+    global _program
+    _program = True
+
+
+def _when_done(code: object) -> None:
+    """The command is done, its last line printed: a Ctrl-C or SIGTERM from now on, while the
+    interpreter shuts down, ends the process at once with the command's own exit code. (It
+    used to kill it by the signal after its "ok" line, or make click print "Aborted!".)"""
+    status = code if isinstance(code, int) else 0 if code is None else 1
+
+    def now(signum: int, frame: Any) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
+    signal.signal(signal.SIGINT, now)
+    signal.signal(signal.SIGTERM, now)
 
 
 class _Terminated(BaseException):
