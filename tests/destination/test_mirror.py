@@ -399,6 +399,47 @@ def test_property_never_outside_the_mapping(tmp_path: Path, rest: str) -> None:
     _check_inside(m, f"{HOST}/sub/{rest}", [dest.resolve() / "sub"])
 
 
+def _mapping_of(m: Mirror, uri: str) -> tuple[str, str] | str:
+    try:
+        path, root = m._map_unchecked(uri)
+    except UnsafePath as exc:
+        return exc.message
+    return str(path), root.mapping.prefix
+
+
+NAMES = st.lists(PIECES | st.sampled_from(["x.txt", "a b", "~", "f" * 250, ".f.0123abcd.part"]))
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(head=PATHS, names=st.lists(NAMES.map("".join), min_size=1, max_size=6))
+@example(head="d", names=["a", "..", ".", "%41", "a?b", "a#b", "f" * 256, ".x.0123abcd.part"])
+@example(head="sub", names=[".resourcesync", "x"])
+@example(head="", names=[".resourcesync", "x"])
+@example(head="a%2Fb", names=["x", "y"])
+@example(head="very/" * 800 + "deep", names=["x", "y" * 200])
+@example(head="/".join(["é" * 100] * 19 + ["a" * 81]), names=["x", "y" * 200])
+def test_property_remembered_directories_map_as_the_full_mapping(
+    tmp_path: Path, head: str, names: list[str]
+) -> None:
+    """The mapping remembers each directory of URIs it mapped, and maps another name in it
+    from there: every URI maps (or is refused, with the same reason) as the whole mapping
+    of the module docstring does it for a URI alone."""
+    dest = tmp_path / "memo"
+    roots = [Mapping(f"{HOST}/", dest), Mapping(f"{HOST}/sub/", Path("sub"))]
+    warm = Mirror(dest, roots)
+    for name in [*names, *names]:
+        for uri in (f"{HOST}/{head}/{name}", f"{HOST}/sub/{head}/{name}"):
+            assert _mapping_of(warm, uri) == _mapping_of(Mirror(dest, roots), uri), uri
+    # A state directory mapped as a root of its own parent: refused by name as well.
+    state_root = Mirror(dest, [Mapping(f"{HOST}/", dest)])
+    for name in ("x", ".resourcesync", "y"):
+        assert _mapping_of(state_root, f"{HOST}/{name}") == _mapping_of(
+            Mirror(dest, [Mapping(f"{HOST}/", dest)]), f"{HOST}/{name}"
+        )
+
+
 # -- writing and integrity -------------------------------------------------------------------
 
 

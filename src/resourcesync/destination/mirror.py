@@ -85,6 +85,13 @@ _PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
 # Our temporary files: "." + name + "." + 8 random hex digits + ".part".
 _TEMP_RE = re.compile(r"\..+\.[0-9a-f]{8}\.part\Z", re.DOTALL)
 _TEMP_OVERHEAD = len("..12345678.part")
+#: A last path segment the mapping takes as it is (nothing to decode, resolve or refuse but
+#: its length and the temporary-file pattern): ASCII, no control character, backslash, "%",
+#: "?" or "#".
+_PLAIN_NAME = re.compile(r"[\x20-\x22\x24\x26-\x3e\x40-\x5b\x5d-\x7e]+\Z")
+#: Directories whose mapping is remembered (`Mirror._map_unchecked`); the memo is dropped
+#: when full, so memory does not grow with the size of the tree.
+_MAPPED_DIRS_MAX = 1 << 16
 
 
 class UnsafePath(ResourceSyncError):
@@ -278,6 +285,9 @@ class Mirror:
         self._state_str = str(self.state_dir)
         self._state_real = os.path.realpath(self.state_dir)
         self._safe_dirs: dict[str, str] = {}
+        #: URI up to its last "/" -> (root, local directory, bytes of its path below the root
+        #: plus one): the part of the mapping that is the same for every name in a directory.
+        self._mapped_dirs: dict[str, tuple[_Root, str, int]] = {}
         self._roots_real: dict[Path, str] = {}
         self.fsync = fsync
         self.dry_run = dry_run
@@ -389,6 +399,39 @@ class Mirror:
             raise
 
     def _map_unchecked(self, uri: str) -> tuple[Path, _Root]:
+        # The hot path of every sync (twice a resource): a URI in a directory mapped before
+        # whose last segment is plain costs the checks that depend on that segment only.
+        head, _, name = uri.rpartition("/")
+        known = self._mapped_dirs.get(head)
+        plain = _PLAIN_NAME.match(name) is not None and name not in (".", "..")
+        if known is None or not plain:
+            path, root = self._map_uri(uri)
+            if plain and "?" not in head and "#" not in head:
+                text = str(path)
+                if len(self._mapped_dirs) >= _MAPPED_DIRS_MAX:
+                    self._mapped_dirs.clear()
+                below = text[1:] if root.text == "/" else text[len(root.text) + 1 :]
+                rel = len(below.encode("utf-8")) - len(name)
+                self._mapped_dirs[head] = (root, text[: -len(name) - 1], rel)
+            return path, root
+        root, directory, rel = known
+        # What `_map_uri` checks of a last segment: its length, the temporary-file pattern,
+        # the length of the whole path, the state directory.
+        if len(name) > MAX_NAME_BYTES:
+            raise UnsafePath(f"a name is longer than {MAX_NAME_BYTES} bytes: {name[:40]!r}…")
+        if _TEMP_RE.match(name):
+            raise UnsafePath(f"name {name!r} looks like a temporary file of ours")
+        if rel + len(name) > MAX_PATH_BYTES:
+            raise UnsafePath(f"path is longer than {MAX_PATH_BYTES} bytes")
+        text = f"{directory}/{name}"
+        if len(os.fsencode(text)) + _TEMP_OVERHEAD >= MAX_PATH_BYTES:
+            raise UnsafePath("local path would be too long for the file system")
+        if _is_within(text, self._state_str):
+            raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
+        return Path(text), root
+
+    def _map_uri(self, uri: str) -> tuple[Path, _Root]:
+        """The mapping of the module docstring, from the URI alone."""
         problem = _bad_chars(uri, controls_only=True)
         if problem:
             raise UnsafePath(f"URI {problem}")
