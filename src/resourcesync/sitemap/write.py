@@ -44,8 +44,11 @@ __all__ = [
 DEFAULT_MAX_ENTRIES = 50_000
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 
-_SPECIAL = re.compile('[&<>"\t\n\r]|[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]')
-_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# What XML 1.0 cannot carry (outside #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] |
+# [#x10000-#x10FFFF]), written as the few ranges it is: a negated class over all of Unicode
+# took 7 ms to compile, at the start of every command that writes a document.
+_SPECIAL = re.compile('[&<>"\x00-\x1f\ud800-\udfff\ufffe\uffff]')
+_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _CLARK = re.compile(r"\{([^}]*)\}(.+)")
 
 
