@@ -6,6 +6,7 @@ command pays at start-up only for what it uses (issue 15.5; `python -X importtim
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -71,12 +72,26 @@ def main() -> None:
     """
 
 
+#: How many new container objects the collector lets come before it looks at the youngest
+#: generation (CPython's default: 700). See `run`.
+YOUNG_COLLECTION_EVERY = 10_000
+
+
 def run() -> None:
     """The `resourcesync` program (its console script and `python -m resourcesync`): `main`,
-    with what only a whole process may do to its signals once a command is done."""
+    with what only a whole process may decide: its signals once a command is done, and how
+    often its garbage collector runs.
+
+    The youngest generation is collected every `YOUNG_COLLECTION_EVERY` new objects instead of
+    700: a `sync` at 64 connections spent 8 % of its CPU in the collector (0.56 s of 6.7 s for
+    20,000 resources; 0.013 s after), `validate` 7 % of a 50,000-entry list. The older
+    generations keep their thresholds, so garbage held in cycles is still found and a process
+    that runs for months (`sync --follow`, `source`, `hub`, `worker`) does not grow. A program
+    that embeds the library keeps its own settings."""
     from ._common import as_program
 
     as_program()
+    gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])
     main()
 
 
