@@ -2,7 +2,8 @@
 bare loops over a list of URLs — GET, md5 of the body, a temporary file renamed into place, the
 digest compared with the list's — with one library each and nothing else.
 
-Usage: python bench/bare_clients.py aiohttp|httpx URLS_TSV DEST CONCURRENCY
+Usage: python bench/bare_clients.py aiohttp|aiohttp-uvloop|httpx URLS_TSV DEST CONCURRENCY
+(`aiohttp-uvloop`: the aiohttp loop on uvloop's event loop, as `sync`'s transfers run.)
 URLS_TSV: one `url<TAB>md5<TAB>relative path` per line.
 """
 
@@ -99,7 +100,12 @@ async def gather(rows: list[tuple[str, str, str]], n: int, one) -> None:  # type
 def main() -> None:
     lib, tsv, dest, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     rows = targets(tsv, dest)
-    asyncio.run((with_aiohttp if lib == "aiohttp" else with_httpx)(rows, n))
+    if lib == "aiohttp-uvloop":
+        import uvloop
+
+        uvloop.run(with_aiohttp(rows, n))
+    else:
+        asyncio.run((with_aiohttp if lib == "aiohttp" else with_httpx)(rows, n))
 
 
 if __name__ == "__main__":

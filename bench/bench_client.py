@@ -8,7 +8,8 @@ wait4) and wall time, at the same concurrency:
 - `resourcesync sync --via lists --transfers C --per-host C` (every guarantee on: digests
   verified, atomic writes, state recorded, the hostile-Source limits);
 - the bare aiohttp loop and the bare httpx loop of `bare_clients.py` (GET, md5, temporary file
-  renamed into place).
+  renamed into place); the aiohttp loop twice: on asyncio's event loop (the issue's anchor)
+  and on uvloop's (on which `sync`'s transfers run), so the ratio is shown against both.
 
 Printed: CPU per resource and its ratio to the bare aiohttp loop (target ≤ 1.5×), against
 nginx and against the latency server; throughput at the default per-host limit against the
@@ -203,6 +204,11 @@ def run_client(
     return wall, cpu
 
 
+#: The clients measured: the anchors (the bare loops of `bare_clients.py`; aiohttp on
+#: asyncio's event loop, as the issue measured it, and on uvloop's, as `sync` runs) and `sync`.
+KINDS = ("aiohttp", "aiohttp-uvloop", "httpx", "sync")
+
+
 def compare(
     label: str,
     base: str,
@@ -214,28 +220,33 @@ def compare(
     results: dict[str, object],
 ) -> None:
     print(f"\n{label}: {n:,} resources")
-    print(f"  {'conc':>4}  {'client':<8} {'res/s':>8} {'CPU ms/res':>11} {'÷ aiohttp':>10}")
+    print(
+        f"  {'conc':>4}  {'client':<14} {'res/s':>8} {'CPU ms/res':>11} {'÷ aiohttp':>10} "
+        f"{'÷ aiohttp on uvloop':>20}"
+    )
     rows = results.setdefault(label, {})
     assert isinstance(rows, dict)
     for conc in concs:
         best: dict[str, tuple[float, float]] = {}
         for _ in range(rounds):
-            for kind in ("aiohttp", "httpx", "sync"):
+            for kind in KINDS:
                 wall, cpu = run_client(kind, conc, base, tsv, n, env)
                 old = best.get(kind)
                 best[kind] = (min(wall, old[0]), min(cpu, old[1])) if old else (wall, cpu)
         anchor = best["aiohttp"][1] / n
-        for kind in ("aiohttp", "httpx", "sync"):
+        on_uvloop = best["aiohttp-uvloop"][1] / n
+        for kind in KINDS:
             wall, cpu = best[kind]
             per = cpu / n
             print(
-                f"  {conc:>4}  {kind:<8} {n / wall:>8,.0f} {per * 1000:>11.3f} "
-                f"{per / anchor:>9.2f}×"
+                f"  {conc:>4}  {kind:<14} {n / wall:>8,.0f} {per * 1000:>11.3f} "
+                f"{per / anchor:>9.2f}× {per / on_uvloop:>19.2f}×"
             )
             rows[f"{kind}@{conc}"] = {
                 "per_s": n / wall,
                 "cpu_ms": per * 1000,
                 "ratio": per / anchor,
+                "ratio_uvloop": per / on_uvloop,
             }
 
 

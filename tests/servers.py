@@ -36,7 +36,16 @@ def serve(
     sock.bind((host, 0))
     port = sock.getsockname()[1]
     ssl = {"ssl_certfile": tls[0], "ssl_keyfile": tls[1]} if tls else {}
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, **ssl)  # type: ignore[arg-type]
+    # asyncio's event loop, as `resourcesync serve` runs (uvicorn would pick uvloop, which is
+    # installed for the transfers, and write small answers in fewer pieces).
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        loop="asyncio",
+        **ssl,  # type: ignore[arg-type]
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

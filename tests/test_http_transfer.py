@@ -29,7 +29,7 @@ from resourcesync.http import (
     make_client,
     origin,
 )
-from resourcesync.http.transfer import TransferSession
+from resourcesync.http.transfer import TransferSession, run_loop
 from tests.servers import read_head, serve
 
 NO_RETRY = RetryPolicy(retries=0)
@@ -290,6 +290,8 @@ def test_connections_are_kept_across_bodies_304s_and_redirects() -> None:
             "/a": Response(b"abc"),
             "/same": Response(b"", status_code=304),
             "/moved": redirect("/a", body=b"see /a"),
+            # Larger than what can come with the headers: unread when the response is let go.
+            "/big": Response(b"x" * (1 << 20)),
         }
     )
 
@@ -302,7 +304,7 @@ def test_connections_are_kept_across_bodies_304s_and_redirects() -> None:
             for path in ("/a", "/same", "/moved", "/a"):
                 async with session.open(base + path, accept=(304,)) as response:
                     assert b"".join([c async for c in response.body()]) in (b"abc", b"")
-            async with session.open(base + "/a"):
+            async with session.open(base + "/big"):
                 pass  # not read: this connection is not reused
             async with session.open(base + "/a") as response:
                 assert b"".join([c async for c in response.body()]) == b"abc"
@@ -312,3 +314,94 @@ def test_connections_are_kept_across_bodies_304s_and_redirects() -> None:
     assert len(clients) == 7
     assert len(set(clients[:6])) == 1, clients
     assert clients[6] != clients[5]
+
+
+# -- the event loop ------------------------------------------------------------------------
+
+
+class _Stop(BaseException):
+    pass
+
+
+def test_the_transfers_run_on_uvloop_and_a_raising_sigterm_handler_stops_them() -> None:
+    """uvloop runs a Python signal handler inside a callback of its own and only logs what it
+    raises: the command line's SIGTERM (which raises to end the run) was printed and ignored,
+    and a sync went on to an ok. `run_loop` hands it to the transfers' task, as asyncio's loop
+    did; the handler is in place again afterwards."""
+    import os
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Stop
+
+    async def transfers() -> str:
+        loop = asyncio.get_running_loop()
+        assert type(loop).__module__.startswith("uvloop")
+        loop.call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(10)
+        return "finished"
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        started = time.monotonic()
+        with pytest.raises(_Stop):
+            run_loop(transfers())
+        assert time.monotonic() - started < 5
+        assert signal.getsignal(signal.SIGTERM) is stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_time_limit_raised_from_sigalrm_stops_the_transfers_too() -> None:
+    # The same for the other signals a program handles by raising (SIGALRM: `signal.alarm`).
+    import signal
+
+    def late(signum: int, frame: Any) -> None:
+        raise TimeoutError("time limit")
+
+    async def transfers() -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        await asyncio.sleep(10)
+
+    previous = signal.signal(signal.SIGALRM, late)
+    try:
+        with pytest.raises(TimeoutError, match="time limit"):
+            run_loop(transfers())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_sigterm_handler_that_does_not_raise_leaves_the_transfers_running() -> None:
+    # A program embedding the library (a scheduler letting the syncs in flight finish) keeps
+    # its handler's meaning: it runs, and the transfers go on to their end.
+    import os
+    import signal
+
+    heard: list[int] = []
+
+    async def transfers() -> str:
+        asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        return "finished"
+
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: heard.append(signum))
+    try:
+        assert run_loop(transfers()) == "finished"
+        assert heard == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_outside_the_main_thread_the_loop_leaves_signals_alone() -> None:
+    # A worker thread (a fleet's) cannot take signals: its transfers run all the same.
+    out: list[str] = []
+
+    async def transfers() -> str:
+        await asyncio.sleep(0.01)
+        return "finished"
+
+    thread = threading.Thread(target=lambda: out.append(run_loop(transfers())))
+    thread.start()
+    thread.join(10)
+    assert out == ["finished"]

@@ -13,7 +13,6 @@ describe. Only a set without lists is planned from the dumps' manifests (`baseli
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import shutil
 import tempfile
@@ -26,7 +25,7 @@ from typing import Any
 
 from ..errors import ReadError, ResourceSyncError
 from ..hashing import ALGORITHMS, MultiHasher
-from ..http.transfer import TransferSession
+from ..http.transfer import TransferSession, run_loop
 from ..model import Change, Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
@@ -99,7 +98,7 @@ def _fill_one(
     manifest = _contents(run, package)
     if manifest is not None and not _wanted(plan, manifest):
         return  # its manifest, read on its own, says it holds nothing planned
-    asyncio.run(_download(run, package, zpath))
+    run_loop(_download(run, package, zpath))
     try:
         wanted = _wanted(plan, _manifest(zpath, package, report))
         for res, outcome in run.mirror.extract(zpath, wanted):
@@ -187,7 +186,7 @@ def _apply_package(
 ) -> None:
     """Download a package, check it, extract what its manifest lists to safe paths."""
     zpath = work / "package.zip"
-    asyncio.run(_download(run, package, zpath))
+    run_loop(_download(run, package, zpath))
     entries = _manifest(zpath, package, report)
     plan.seen([e.loc for e in entries])
     mirror = run.mirror
@@ -327,7 +326,7 @@ def changes_from_dumps(
         def dumped() -> Iterator[Resource]:
             for n, package in enumerate(packages):
                 zpath = work / f"package-{n:06d}.zip"
-                asyncio.run(_download(run, package, zpath))
+                run_loop(_download(run, package, zpath))
                 for entry in _manifest(zpath, package, report):
                     when = entry.change_time
                     db.execute(

@@ -18,7 +18,6 @@ pending, and a failed fetch is kept to be retried: nothing is silently lost.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from ..errors import ReadError, ResourceSyncError
 from ..http import Bandwidth, make_client
+from ..http.transfer import run_loop
 from ..model import Resource
 from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
@@ -221,7 +221,7 @@ class _Syncer:
         report.planned = plan.count("fetch")
         transfer = Transfer(self.run)
         if report.via != "dumps" or report.planned:
-            asyncio.run(transfer.fetch_all(plan, key, report))
+            run_loop(transfer.fetch_all(plan, key, report))
         transfer.delete_all(plan, key, report)
         transfer.remember_refused(plan, key)
         transfer.keep_all(plan)
