@@ -405,3 +405,35 @@ def test_outside_the_main_thread_the_loop_leaves_signals_alone() -> None:
     thread.start()
     thread.join(10)
     assert out == ["finished"]
+
+
+def test_a_signal_while_the_loop_gives_its_handlers_back_reaches_the_program() -> None:
+    # Between the loop's handler going and the program's coming back, a SIGTERM would meet the
+    # default action (the process killed, nothing cleaned up): it is held back until the
+    # program's handler is in place, and that handler then runs. Played by a loop that sends
+    # the signal to itself right after it removed its own handler.
+    import subprocess
+    import sys
+
+    program = (
+        "import asyncio, os, signal, uvloop\n"
+        "from resourcesync.http import transfer\n"
+        "class Stop(BaseException): pass\n"
+        "def stop(signum, frame): raise Stop\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "class Loop(uvloop.Loop):\n"
+        "    def remove_signal_handler(self, sig):\n"
+        "        removed = super().remove_signal_handler(sig)\n"
+        "        if sig == signal.SIGTERM: os.kill(os.getpid(), sig)\n"
+        "        return removed\n"
+        "uvloop.new_event_loop = Loop\n"
+        "try:\n"
+        "    transfer.run_loop(asyncio.sleep(0))\n"
+        "except Stop:\n"
+        "    print('stopped by the program')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.strip() == "stopped by the program"

@@ -362,9 +362,15 @@ async def _relaying_signals(main: Coroutine[Any, Any, T]) -> T:
         if not raised:
             raise
     finally:
-        for sig, previous in installed.items():
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, previous)
+        # Held back while the loop's handlers give way to the program's: one that came in
+        # between would meet the default action (SIGTERM: the process killed, nothing cleaned).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, installed)
+        try:
+            for sig, previous in installed.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, previous)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if raised:
         raise raised[0]
     return result
