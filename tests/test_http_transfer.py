@@ -437,3 +437,15 @@ def test_a_signal_while_the_loop_gives_its_handlers_back_reaches_the_program() -
     )
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert done.stdout.strip() == "stopped by the program"
+
+
+def test_without_uvloop_the_transfers_run_on_asyncios_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where uvloop has no wheel (Windows, PyPy) it is not installed: asyncio's loop then.
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # an import of it raises ImportError
+
+    async def transfers() -> str:
+        return type(asyncio.get_running_loop()).__module__
+
+    assert run_loop(transfers()).startswith("asyncio")

@@ -325,7 +325,7 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
     per resource (bench/bench_client.py, issue 15.1)."""
     try:
         import uvloop
-    except ImportError:  # pragma: no cover - a dependency wherever it has wheels
+    except ImportError:  # not installed where it has no wheel (Windows, PyPy)
         return asyncio.run(main)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(_relaying_signals(main))
