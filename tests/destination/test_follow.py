@@ -183,7 +183,9 @@ class serve_on:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
         self.sock = sock
-        config = uvicorn.Config(self.app, log_level="warning", lifespan=self.lifespan)
+        config = uvicorn.Config(
+            self.app, log_level="warning", lifespan=self.lifespan, loop="asyncio"
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [sock]}, daemon=True

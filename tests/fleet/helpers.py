@@ -117,7 +117,9 @@ def many_sources(
         counter.apps[(host, port)] = create_app(site.out)
         socks.append(sock)
         sites.append(site)
-    config = uvicorn.Config(counter, log_level="warning", lifespan="off", access_log=False)
+    config = uvicorn.Config(
+        counter, log_level="warning", lifespan="off", access_log=False, loop="asyncio"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": socks}, daemon=True)
     thread.start()

@@ -51,7 +51,7 @@ def run_hub(config: HubConfig, db: Path) -> Iterator[str]:
     port = sock.getsockname()[1]
     app = create_app(config, db)
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+        uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, loop="asyncio")
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -196,7 +196,10 @@ def serve_callbacks(app: Any, listen: str) -> Iterator[tuple[str, int]]:
         sock.close()
         raise ResourceSyncError(f"cannot listen on {listen}: {exc}") from None
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    # On asyncio's loop, as every server of ours (uvicorn would pick uvloop, installed for
+    # the transfers).
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", loop="asyncio")
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
