@@ -7,6 +7,7 @@ import io
 import itertools
 import json
 import os
+import re
 import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -489,3 +490,22 @@ def test_hidden_files_are_published_only_when_asked(tmp_path: Path) -> None:
     publish(config(tmp_path, hidden=True), clock=Clock())
     _, entries = read_document(tmp_path / "out" / "set1" / "resourcelist.xml")
     assert sorted(e.loc for e in entries) == [BASE + ".cache/x", BASE + ".env", BASE + "a.txt"]
+
+
+def test_a_file_whose_name_no_uri_can_hold_is_said_not_published(tmp_path: Path) -> None:
+    # A name that is not valid UTF-8 cannot become a URI: the file is left out, and the run
+    # says so on stderr and counts it as a warning (it used to be in --json only: "ok" over a
+    # file that exists and was not published).
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "good.txt").write_bytes(b"g")
+    (Path(os.fsdecode(bytes(data))) / os.fsdecode(b"bad\xff.txt")).write_bytes(b"b")
+    result = CliRunner().invoke(
+        main,
+        ["publish", str(data), "--base-url", "http://example.org/d/", "--out", str(tmp_path / "o")],
+    )
+    assert result.exit_code == 0, result.output
+    assert "bad\ufffd.txt: the name is not valid UTF-8, so no URI can name it: not published" in (
+        result.stderr
+    )
+    assert re.search(r"publish ok: 1 resources?, .*, 1 warning;", result.stdout), result.stdout

@@ -282,6 +282,11 @@ def _publish(
             result = SetResult(s.name, scan, stats=stats)
             if stats is not None:
                 result.problems += stats.unreadable
+                # Said, not only counted in --json: a file that exists and is not published.
+                result.problems += [
+                    f"{name}: the name is not valid UTF-8, so no URI can name it: not published"
+                    for name in stats.skipped_names
+                ]
             results.append(result)
             if dry_run:
                 continue
