@@ -415,20 +415,11 @@ class Mirror:
                 self._mapped_dirs[head] = (root, text[: -len(name) - 1], rel)
             return path, root
         root, directory, rel = known
-        # What `_map_uri` checks of a last segment: its length, the temporary-file pattern,
-        # the length of the whole path, the state directory.
+        # The directory's segments were checked when it was mapped; the name's length here
+        # (ASCII: a character a byte), the rest as `_map_uri` checks it.
         if len(name) > MAX_NAME_BYTES:
             raise UnsafePath(f"a name is longer than {MAX_NAME_BYTES} bytes: {name[:40]!r}…")
-        if _TEMP_RE.match(name):
-            raise UnsafePath(f"name {name!r} looks like a temporary file of ours")
-        if rel + len(name) > MAX_PATH_BYTES:
-            raise UnsafePath(f"path is longer than {MAX_PATH_BYTES} bytes")
-        text = f"{directory}/{name}"
-        if len(os.fsencode(text)) + _TEMP_OVERHEAD >= MAX_PATH_BYTES:
-            raise UnsafePath("local path would be too long for the file system")
-        if _is_within(text, self._state_str):
-            raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
-        return Path(text), root
+        return self._tail(name, rel + len(name), f"{directory}/{name}"), root
 
     def _map_uri(self, uri: str) -> tuple[Path, _Root]:
         """The mapping of the module docstring, from the URI alone."""
@@ -479,19 +470,24 @@ class Mirror:
             # A character is at most 4 bytes in UTF-8: short names need no encoding to tell.
             if len(seg) * 4 > MAX_NAME_BYTES and len(seg.encode("utf-8")) > MAX_NAME_BYTES:
                 raise UnsafePath(f"a name is longer than {MAX_NAME_BYTES} bytes: {seg[:40]!r}…")
-        if _TEMP_RE.match(rest[-1]):
-            raise UnsafePath(f"name {rest[-1]!r} looks like a temporary file of ours")
         joined = "/".join(rest)
-        if len(joined.encode("utf-8")) > MAX_PATH_BYTES:
-            raise UnsafePath(f"path is longer than {MAX_PATH_BYTES} bytes")
-
         # One string, parsed once (no segment is empty, "." or "..", nor holds a "/").
         text = f"{root.text}/{joined}" if root.text != "/" else f"/{joined}"
+        return self._tail(rest[-1], len(joined.encode("utf-8")), text), root
+
+    def _tail(self, name: str, below: int, text: str) -> Path:
+        """The checks of a mapping that depend on its last segment `name`, once every segment
+        is known to be a sane name: the temporary-file pattern, the length below the root
+        (`below` bytes) and in all, the state directory. `text`: the local path."""
+        if _TEMP_RE.match(name):
+            raise UnsafePath(f"name {name!r} looks like a temporary file of ours")
+        if below > MAX_PATH_BYTES:
+            raise UnsafePath(f"path is longer than {MAX_PATH_BYTES} bytes")
         if len(os.fsencode(text)) + _TEMP_OVERHEAD >= MAX_PATH_BYTES:
             raise UnsafePath("local path would be too long for the file system")
         if _is_within(text, self._state_str):
             raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
-        return Path(text), root
+        return Path(text)
 
     def _unmapped(self, parts: SplitResult, key: tuple[str, str, int]) -> Unmapped:
         """Why no mapping covers a URI, and the --map that would take it."""
