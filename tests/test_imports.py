@@ -75,3 +75,36 @@ def test_publish_in_a_pipe_loads_no_progress_display(tmp_path) -> None:  # type:
     assert "resourcesync.source.publish" in loaded
     assert (tmp_path / "out" / ".well-known" / "resourcesync").exists()
     assert not {"rich", "rich.console"} & loaded
+
+
+def test_validating_a_file_loads_no_digests_packages_nor_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # `validate` reads hash tokens but computes none, checks a dump's packages (ZIP, temporary
+    # files) only with --packages, and writes JSON only with --json (issue 15.5).
+    doc = tmp_path / "list.xml"
+    doc.write_text(
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+        'xmlns:rs="http://www.openarchives.org/rs/terms/">'
+        '<rs:ln rel="up" href="http://example.org/capabilitylist.xml"/>'
+        '<rs:md capability="resourcelist" at="2026-01-01T00:00:00Z"/>'
+        "<url><loc>http://example.org/a</loc>"
+        '<rs:md hash="md5:0cc175b9c0f1b6a831c399e269772661" length="1"/></url></urlset>'
+    )
+    quiet = (
+        "from resourcesync.cli import main\n"
+        f"try:\n    main(['validate', {str(doc)!r}], standalone_mode=False)\n"
+        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+    )
+    loaded = _modules_after(quiet)
+    assert "resourcesync.sitemap.rules.validate" in loaded
+    heavy = {
+        "hashlib",
+        "_hashlib",
+        "zipfile",
+        "tempfile",
+        "json",
+        "resourcesync.sitemap.rules.packages",
+    }
+    assert not heavy & loaded, heavy & loaded
+    # …and what they are needed for still loads them.
+    as_json = quiet.replace("'validate', ", "'validate', '--json', ")
+    assert "json" in _modules_after(as_json)

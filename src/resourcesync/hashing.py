@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
+import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 __all__ = [
     "ALGORITHMS",
@@ -35,7 +35,13 @@ _B64 = re.compile(r"[A-Za-z0-9+/_-]+")
 CHUNK = 1 << 20
 
 
-_CONSTRUCTORS = {"md5": hashlib.md5, "sha1": hashlib.sha1, "sha256": hashlib.sha256}
+@functools.cache
+def _constructors() -> dict[str, Callable[[], Any]]:
+    """hashlib's named constructors, loaded on first use: a command that only reads hash
+    tokens (`validate`) does not load OpenSSL's digests."""
+    import hashlib
+
+    return {"md5": hashlib.md5, "sha1": hashlib.sha1, "sha256": hashlib.sha256}
 
 
 class MultiHasher:
@@ -49,8 +55,12 @@ class MultiHasher:
                 raise ValueError(f"unsupported hash algorithm {algo!r} (use md5, sha-1, sha-256)")
             # The named constructors: hashlib.new() looks the algorithm up each time, which
             # costs more than hashing a small resource.
-            make = _CONSTRUCTORS.get(name)
-            self._hashers[algo] = make() if make is not None else hashlib.new(name)
+            make = _constructors().get(name)
+            if make is None:
+                import hashlib
+
+                make = functools.partial(hashlib.new, name)
+            self._hashers[algo] = make()
         self.length = 0
 
     def update(self, data: bytes) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import json
 import os
 import signal
 import sys
@@ -51,6 +50,8 @@ def json_default(value: object) -> object:
 
 def emit_json(obj: object) -> None:
     """One JSON object on one line of stdout."""
+    import json  # (only for --json: not paid by every command)
+
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=json_default) + "\n")
 
 

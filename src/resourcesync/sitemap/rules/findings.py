@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -148,6 +147,8 @@ class Report:
         return not self.errors and not self.unreadable
 
     def to_json(self) -> str:
+        import json  # (only for --json: not paid by every validation)
+
         return json.dumps(
             {
                 "ok": self.ok,

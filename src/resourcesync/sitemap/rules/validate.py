@@ -13,7 +13,6 @@ from ..read import DEFAULT_MAX_BYTES, DocumentReader, ProblemHandler, Source
 from .across import DocInfo, Listed, check_across
 from .document import DocumentChecker
 from .findings import ERROR, WARNING, DocumentSummary, Finding, Report
-from .packages import check_package
 
 __all__ = ["FOLLOWED_BY_DEFAULT", "validate"]
 
@@ -124,6 +123,9 @@ def _validate_one(
         following = visit._mode != FOLLOW_NONE
         doc = reader.document
         dump = packages and not doc.index and doc.capability in ("resourcedump", "changedump")
+        if dump:
+            # Only for a dump's packages (ZIP, temporary files): not paid by every validation.
+            from .packages import check_package
         try:
             checker.start(reader)
             position = 0
