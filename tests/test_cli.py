@@ -112,7 +112,7 @@ def test_validate_warnings_only_exits_0(tmp_path: Path) -> None:
     result = run("validate", path)
     assert result.exit_code == 0
     assert f"{path}:5: warning: changefreq 'sometimes'" in result.stdout
-    assert "0 errors, 1 warnings" in result.stderr
+    assert "0 errors, 1 warning" in result.stderr
 
 
 def test_validate_errors_exit_1_with_locations(tmp_path: Path) -> None:
@@ -377,7 +377,7 @@ def test_an_index_listing_itself_is_reported_not_fatal(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "warning: not followed: " in result.stdout
     assert "a loop" in result.stdout
-    assert "1 document, 1 entries: 0 errors, 1 warnings" in result.stderr
+    assert "1 document, 1 entry: 0 errors, 1 warning" in result.stderr
 
 
 # -- cat -----------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from ..sitemap.read import is_url
 from ..sitemap.rules import ERROR, Finding
 from ..units import parse_size
 from ..w3cdt import format_w3c
-from ._common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, emit_json, handle_errors
+from ._common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, emit_json, handle_errors, plural
 
 
 @functools.cache
@@ -152,11 +152,11 @@ def validate(
         docs = len(report.documents)
         entries = sum(d.entries for d in report.documents)
         summary = (
-            f"{docs} document{'s' if docs != 1 else ''}, {entries} entries: "
-            f"{len(report.errors)} errors, {len(report.warnings)} warnings"
+            f"{plural(docs, 'document')}, {plural(entries, 'entry', 'entries')}: "
+            f"{plural(len(report.errors), 'error')}, {plural(len(report.warnings), 'warning')}"
         )
         if report.unreadable:
-            summary += f", {len(report.unreadable)} unreadable"
+            summary += f", {len(report.unreadable):,} unreadable"
         click.echo(summary, err=True)
     if report.unreadable:
         sys.exit(EXIT_ERROR)

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import click
 
 from ..errors import ResourceSyncError
-from ._common import check_port, fail, handle_errors
+from ._common import check_port, fail, handle_errors, plural
 
 _RESOURCES_HELP = (
     "Serve the resources of set NAME from DIR (repeatable); without NAME=, the only set's "
@@ -228,8 +228,8 @@ def source(
             scan = s.scan
             if scan.changes or scan.baseline:
                 click.echo(
-                    f"{s.name}: published {scan.resources:,} resources: {scan.created} created, "
-                    f"{scan.updated} updated, {scan.deleted} deleted",
+                    f"{s.name}: published {plural(scan.resources, 'resource')}: "
+                    f"{scan.created} created, {scan.updated} updated, {scan.deleted} deleted",
                     err=True,
                 )
             for problem in s.problems + scan.problems:

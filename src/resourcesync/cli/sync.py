@@ -18,6 +18,7 @@ from ._common import (
     emit_json,
     fail,
     handle_errors,
+    plural,
     show_progress,
     stderr_console,
     summary_line,
@@ -314,9 +315,9 @@ def _set_line(s: SetReport, dry_run: bool) -> str:
         f", {s.not_modified} not modified, {s.unchanged} unchanged, {s.deleted} deleted"
     )
     if s.mode == "incremental":
-        line += f" ({s.changes} changes)"
+        line += f" ({plural(s.changes, 'change')})"
     if s.pending_deletes:
-        line += f", {s.pending_deletes} deletions pending (use --delete)"
+        line += f", {plural(s.pending_deletes, 'deletion')} pending (use --delete)"
     if s.failed:
         line += f", {s.failed} FAILED"
     if s.refused:
