@@ -86,6 +86,19 @@ def best(argv: list[str], rounds: int, env: dict[str, str] | None = None) -> flo
     return min(timed(argv, env) for _ in range(rounds))
 
 
+def best_alternating(
+    commands: list[tuple[list[str], dict[str, str] | None]], rounds: int
+) -> list[float]:
+    """The fastest of `rounds` runs of each command, the commands taking turns within each
+    round: on a shared machine whose speed drifts over seconds, a ratio of two bests taken
+    one after the other measures the drift as much as the commands."""
+    times: list[list[float]] = [[] for _ in commands]
+    for _ in range(rounds):
+        for i, (argv, env) in enumerate(commands):
+            times[i].append(timed(argv, env))
+    return [min(t) for t in times]
+
+
 def bare_walk(root: Path, rounds: int = 5) -> float:
     return best([sys.executable, "-c", WALK, str(root)], rounds)
 

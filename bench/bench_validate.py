@@ -12,7 +12,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
-from _common import OUT, best, command, environment, machine
+from _common import OUT, best, best_alternating, command, environment, machine
 
 #: The bare loop: parse every entry, streaming, and let it go (what any validator must at least
 #: do; its rules come on top).
@@ -89,8 +89,10 @@ def main() -> int:
     args = ap.parse_args()
     env = environment(args.src)
     path = make_list(args.entries)
-    bare = best([sys.executable, "-c", BARE, path], args.rounds)
-    ours = best(command("validate", path), args.rounds, env)
+    bare, ours = best_alternating(
+        [([sys.executable, "-c", BARE, path], None), (command("validate", path), env)],
+        args.rounds,
+    )
     startup = best([sys.executable, "-c", "pass"], args.rounds)
     help_ = best(command("validate", "--help"), args.rounds, env)
     top = imports(["validate", path], env)
