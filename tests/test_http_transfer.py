@@ -25,9 +25,9 @@ from resourcesync.http import (
     HttpOptions,
     RetryPolicy,
     Unreachable,
-    _tls_context,
     make_client,
     origin,
+    tls,
 )
 from resourcesync.http.transfer import TransferSession, run_loop
 from tests.servers import read_head, serve
@@ -263,7 +263,7 @@ def test_tls_is_verified_with_the_one_context(
     with serve(app, tls=(str(chain), str(key))) as base:
         assert base.startswith("https://")
         monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-        _tls_context.cache_clear()
+        tls.forget()
         try:
             with pytest.raises(
                 Unreachable, match=r"certificate of 127\.0\.0\.1:[0-9]+ is not trusted"
@@ -272,12 +272,12 @@ def test_tls_is_verified_with_the_one_context(
             with make_client(options) as client, pytest.raises(httpx.ConnectError):
                 client.get(base + "/r")
             monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
-            _tls_context.cache_clear()
+            tls.forget()
             assert fetch(base + "/r", options)[:2] == (200, b"secret bytes")
             with make_client(options) as client:
                 assert client.get(base + "/r").content == b"secret bytes"
         finally:
-            _tls_context.cache_clear()
+            tls.forget()
     assert len(app.seen) == 2  # the refused handshakes never reached the application
 
 

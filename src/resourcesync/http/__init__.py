@@ -11,10 +11,8 @@ import asyncio
 import contextlib
 import contextvars
 import email.utils
-import functools
 import importlib.util
 import logging
-import os
 import random
 import ssl
 import time
@@ -29,6 +27,7 @@ import httpx
 
 from .. import __version__
 from ..errors import FetchError
+from . import tls
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -130,17 +129,10 @@ class HttpOptions:
     rate_window: float = 30.0
 
 
-@functools.cache
 def _tls_context() -> ssl.SSLContext:
-    """One TLS context for every client (loading the CA bundle costs tens of milliseconds).
-    Certificates come from certifi, or from SSL_CERT_FILE / SSL_CERT_DIR when set."""
-    cafile = os.environ.get("SSL_CERT_FILE")
-    capath = os.environ.get("SSL_CERT_DIR")
-    if cafile or capath:
-        return ssl.create_default_context(cafile=cafile, capath=capath)
-    import certifi
-
-    return ssl.create_default_context(cafile=certifi.where())
+    """One TLS context for every client (loading the CA bundle costs tens of milliseconds;
+    see `tls`). Certificates come from certifi, or from SSL_CERT_FILE / SSL_CERT_DIR."""
+    return tls.context()
 
 
 def origin(scheme: str, host: str, port: int | None) -> str:
