@@ -509,3 +509,23 @@ def test_a_file_whose_name_no_uri_can_hold_is_said_not_published(tmp_path: Path)
         result.stderr
     )
     assert re.search(r"publish ok: 1 resources?, .*, 1 warning;", result.stdout), result.stdout
+
+
+def test_a_configuration_that_cannot_be_read_is_one_line_naming_it(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe[set]\n")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[[\n")
+    for path, message in [
+        (tmp_path / "missing.toml", "no such file"),
+        (tmp_path, "is a directory, not a configuration file"),
+        (binary, "not UTF-8 text: invalid start byte at byte 0"),
+        (bad, "not valid TOML"),
+    ]:
+        with pytest.raises(ResourceSyncError) as caught:
+            load_config(path)
+        assert str(caught.value).startswith(f"{path}: {message}"), str(caught.value)
+        assert "Errno" not in str(caught.value)
+        result = CliRunner().invoke(main, ["publish", "--config", str(path)])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert "Traceback" not in result.output

@@ -776,7 +776,7 @@ def open_lirs(
         try:
             head = read(_CHUNK)
         except OSError as exc:
-            raise ReadError(f"cannot read: {exc}", source=label) from None
+            raise ReadError(f"cannot read: {exc.strerror or exc}", source=label) from None
         compressed = head.startswith(_GZIP_MAGIC)
         if compressed:
             gz = gzip.GzipFile(fileobj=_Prefixed(head, read), mode="rb")

@@ -284,8 +284,14 @@ def load_config(path: str | Path) -> PublishConfig:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError("no such file", source=str(p)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc}", source=str(p)) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a configuration file", source=str(p)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", source=str(p)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"not UTF-8 text: {exc.reason} at byte {exc.start}", source=str(p)
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", source=str(p)) from None
     here = p.parent
