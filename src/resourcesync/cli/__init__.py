@@ -6,6 +6,7 @@ command pays at start-up only for what it uses (issue 15.5; `python -X importtim
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import sys
@@ -88,9 +89,11 @@ def run() -> None:
     generations keep their thresholds, so garbage held in cycles is still found and a process
     that runs for months (`sync --follow`, `source`, `hub`, `worker`) does not grow. A program
     that embeds the library keeps its own settings."""
-    from ._common import as_program
+    from ._common import as_program, hold_signals_at_exit
 
     as_program()
+    # Registered first, so run last of the exit functions: see `hold_signals_at_exit`.
+    atexit.register(hold_signals_at_exit)
     gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])
     main()
 

@@ -206,6 +206,18 @@ def _when_done(code: object) -> None:
     signal.signal(signal.SIGTERM, now)
 
 
+def hold_signals_at_exit() -> None:
+    """The program's last exit function: SIGINT and SIGTERM are held from here to the end.
+
+    After the exit functions the interpreter gives the signals back to their default action
+    and then tears its modules down; a Ctrl-C in that last stretch killed the process by the
+    signal (exit 130 after an "ok" line). Held, such a signal is dropped with the process,
+    which exits with the command's own code. Until here `_when_done`'s handler ends a
+    shutdown that hangs (an exit function waiting on something) at once."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 class _Terminated(BaseException):
     """SIGTERM, raised where the main thread is, like KeyboardInterrupt for SIGINT."""
 
