@@ -825,3 +825,29 @@ def test_the_program_collects_its_youngest_objects_less_often_and_the_library_ne
     before, imported, running = json.loads(done.stdout)
     assert imported == before
     assert running == [10_000, before[1], before[2]]
+
+
+@pytest.mark.parametrize(
+    "loading",
+    ["click", "resourcesync.cli.document"],
+    ids=["the command line", "the command's module"],
+)
+def test_a_ctrl_c_while_the_program_loads_is_one_line_and_130(loading: str, tmp_path: Path) -> None:
+    # A Ctrl-C in the program's first tenth of a second (the console script importing the
+    # command line, the group importing the command's module) printed the traceback of the
+    # import it interrupted, or click's "Aborted!" with exit 1. Played deterministically: the
+    # import raises KeyboardInterrupt, as the signal would.
+    program = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name == {loading!r}:\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        f"sys.argv = ['resourcesync', 'validate', {str(tmp_path / 'x.xml')!r}]\n"
+        "from resourcesync._program import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "resourcesync: interrupted\n", done.stderr

@@ -1,5 +1,5 @@
 """`python -m resourcesync` runs the command line."""
 
-from .cli import run
+from ._program import main
 
-run()
+main()

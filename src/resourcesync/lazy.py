@@ -7,8 +7,13 @@ Ground floor: imports nothing of ours.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from typing import Any
+
+# (typing is not imported at run time: this module is on the program's first steps, before
+# it can answer a Ctrl-C; see `_program`.)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 __all__ = ["exports"]
 

@@ -10,6 +10,7 @@ import atexit
 import gc
 import importlib
 import sys
+from typing import Any
 
 import click
 
@@ -49,6 +50,15 @@ class _LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [*COMMANDS, *(n for n in super().list_commands(ctx) if n not in COMMANDS)]
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            # A command's module being imported (a command handles Ctrl-C itself once it
+            # runs): one line and 130 as then, not click's "Aborted!" and 1.
+            click.echo("resourcesync: interrupted", err=True)
+            sys.exit(130)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         where = COMMANDS.get(cmd_name)
