@@ -851,3 +851,21 @@ def test_a_ctrl_c_while_the_program_loads_is_one_line_and_130(loading: str, tmp_
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert done.returncode == 130, done.stderr
     assert done.stderr == "resourcesync: interrupted\n", done.stderr
+
+
+@pytest.mark.parametrize(
+    "url", ["http://[::1/", "http://127.0.0.1:x/", "http://127.0.0.1:99999999/"]
+)
+@pytest.mark.parametrize("command", ["sync", "validate"])
+def test_a_malformed_url_is_one_line_and_2(command: str, url: str, tmp_path: Path) -> None:
+    # `sync http://[::1/ DEST` printed urllib's "ValueError: Invalid IPv6 URL" traceback.
+    argv = [command, url] + ([str(tmp_path / "copy")] if command == "sync" else [])
+    result = run(*argv)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "Error:" not in result.stderr.split(":", 1)[0]
+    problems = [line for line in result.stderr.splitlines() if url in line]
+    assert len(problems) == 1, result.stderr
+    # (Port 99999999: urllib refuses it; the documents' client tries it and cannot connect.)
+    reasons = ("not a valid URL", "cannot connect", "request failed")
+    assert any(why in problems[0] for why in reasons), problems
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -171,13 +171,18 @@ def _plain(message: str) -> str:
 
 def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
     local = not is_url(source)
-    scheme = urlsplit(source).scheme
+    scheme = source.partition("://")[0] if local else ""
     if local and "://" in source and scheme:
         raise ReadError(
             f"unsupported URL scheme {scheme + ':'!r}: a Source is an http:// or https:// URL, "
             "or a document's file path",
             source=source,
         )
+    if not local:
+        try:
+            _ = urlsplit(source).port  # a malformed host or port raises here, not later
+        except ValueError as exc:
+            raise ReadError(f"not a valid URL: {exc}", source=source) from None
     base = source if (not local and urlsplit(source).path in ("", "/")) else ""
     # A site root is a page, not a document: discovery starts at once (well-known first).
     got = None if base else _try_document(source, client)

@@ -634,6 +634,8 @@ def open_stream(
                         )
             except httpx.TooManyRedirects:
                 raise FetchError("too many redirects (a redirect loop?)", source=url) from None
+            except httpx.InvalidURL as exc:
+                raise FetchError(f"not a valid URL: {exc}", source=url) from None
             except BodyRefused as exc:
                 raise _refused(exc, url) from None
             except httpx.TransportError as exc:

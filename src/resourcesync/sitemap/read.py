@@ -78,7 +78,10 @@ class ProblemHandler(Protocol):
 
 
 def is_url(text: str) -> bool:
-    return urlsplit(text).scheme.lower() in ("http", "https")
+    """Whether `text` names an http(s) URL (rather than a file), from its scheme alone: a
+    malformed one (`http://[::1/`) is a URL that cannot be read, not a file's name."""
+    scheme = _SCHEME.match(text)
+    return scheme is not None and scheme.group().lower() in ("http:", "https:")
 
 
 def _c14n(el: Any) -> str:
