@@ -56,9 +56,10 @@ class _LazyGroup(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             # A command's module being imported (a command handles Ctrl-C itself once it
-            # runs): one line and 130 as then, not click's "Aborted!" and 1.
-            click.echo("resourcesync: interrupted", err=True)
-            sys.exit(130)
+            # runs): what `handle_errors` says then, not click's "Aborted!" and 1.
+            from ._common import fail
+
+            fail("interrupted", 130)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         where = COMMANDS.get(cmd_name)
