@@ -154,3 +154,105 @@ def test_change_lists_from_the_kept_entries_are_the_ones_the_journal_gives(tmp_p
         # A state from before the entries were kept: the same document.
         state.db.execute("UPDATE changes SET xml = NULL")
         assert b"".join(state.change_entries(1)) in written
+
+
+def listing_row(state: SetState, prefix: str) -> tuple[bytes, bytes | None]:
+    row = state.db.execute("SELECT files, delta FROM dirs WHERE path = ?", (prefix,)).fetchone()
+    return row[0], row[1]
+
+
+def test_a_few_changes_are_kept_as_the_listings_delta_until_it_grows(tmp_path: Path) -> None:
+    """A re-run that finds a few files changed in a directory of many writes what changed
+    (the listing's delta), not the listing of the whole directory; past an eighth of it the
+    listing is written whole again. Every run leaves the snapshot a whole scan makes, and a
+    run after it finds nothing to read."""
+    data = tmp_path / "data"
+    (data / "d").mkdir(parents=True)
+    for i in range(200):
+        (data / "d" / f"f{i:03d}.txt").write_text(f"file {i}")
+    rng = random.Random(7)
+    with SetState(tmp_path / "state.sqlite") as state:
+        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        whole, delta = listing_row(state, "d/")
+        assert delta is None
+        sizes = []
+        for run in range(12):
+            names = rng.sample(range(200), 3)
+            (data / "d" / f"f{names[0]:03d}.txt").write_text(f"changed in run {run}")
+            (data / "d" / f"f{names[1]:03d}.txt").unlink(missing_ok=True)
+            (data / "d" / f"new{run}.txt").write_text("new")
+            statements: list[str] = []
+            state.db.set_trace_callback(statements.append)
+            state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+            state.db.set_trace_callback(None)
+            assert snapshot(state) == fresh(tmp_path, data), run
+            files, delta = listing_row(state, "d/")
+            written_whole = [s for s in statements if s.startswith("INSERT OR REPLACE INTO dirs")]
+            if delta is not None:
+                assert files == whole and not written_whole, run
+                sizes.append(len(delta))
+            else:
+                # Written whole once the delta would pass an eighth of the listing.
+                assert written_whole and files != whole, run
+                whole = files
+                break
+            again = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+            assert (again.rehashed, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
+        else:
+            pytest.fail("the delta was never folded into the listing")
+        # A delta of a few changes is a small fraction of the listing it spares.
+        assert sizes and sizes[0] * 20 < len(whole)
+        again = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert (again.rehashed, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
+
+
+def test_a_listing_written_again_without_its_delta_drops_the_delta(tmp_path: Path) -> None:
+    """A delta applies to the listing it was written over only: a listing written whole again
+    by a resourcesync that kept no deltas (or marked a file dirty in it) is taken as it is."""
+    import marshal
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(40):
+        (data / f"f{i:02d}.txt").write_text(f"file {i}")
+    with SetState(tmp_path / "state.sqlite") as state:
+        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        (data / "f01.txt").write_text("changed")
+        (data / "f02.txt").write_text("changed too")
+        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        files, delta = listing_row(state, "")
+        assert delta is not None
+        # What an older resourcesync's mark_dirty did: the snapshot's row marked dirty, the
+        # listing read without the delta, the file set to None in it and written back; the
+        # delta left as it was (it holds the new stats of f01 and f02: applied over this
+        # listing, it would take f02 as unchanged and lose the mark).
+        state.db.execute("UPDATE resources SET fingerprint = 'dirty' WHERE key = 'f02.txt'")
+        listing = marshal.loads(files)
+        listing["f02.txt"] = None
+        state.db.execute("UPDATE dirs SET files = ? WHERE path = ''", (marshal.dumps(listing),))
+        result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        # The delta is dropped: f01 (its old stat in the listing) is looked up and found as
+        # the snapshot holds it; f02 is read again and journaled: the dirty mark holds.
+        assert (result.rehashed, result.updated, result.unchanged) == (1, 1, 39)
+        assert snapshot(state) == fresh(tmp_path, data)
+        again = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert (again.rehashed, again.updated, again.unchanged) == (0, 0, 40)
+
+
+def test_a_file_marked_dirty_while_its_directory_has_a_delta_is_read_again(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(40):
+        (data / f"f{i:02d}.txt").write_text(f"file {i}")
+    with SetState(tmp_path / "state.sqlite") as state:
+        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        (data / "f01.txt").write_text("changed")
+        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert listing_row(state, "")[1] is not None
+        state.mark_dirty(["f01.txt", "f05.txt"])
+        result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert (result.updated, result.rehashed, result.unchanged) == (2, 2, 38)
+        again = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert (again.updated, again.rehashed) == (0, 0)

@@ -18,6 +18,7 @@ import marshal
 import os
 import sqlite3
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -63,7 +64,8 @@ CREATE TABLE IF NOT EXISTS changes (
 CREATE TABLE IF NOT EXISTS dirs (
     path TEXT PRIMARY KEY,
     files BLOB NOT NULL,
-    subdirs BLOB NOT NULL
+    subdirs BLOB NOT NULL,
+    delta BLOB
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
@@ -225,6 +227,10 @@ class SetState:
         if "xml" not in columns:
             # Change List entries serialized when journaled (NULL in a state from before).
             self.db.execute("ALTER TABLE changes ADD COLUMN xml BLOB")
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(dirs)")}
+        if "delta" not in columns:
+            # A listing's changes since it was last written whole (see `_listing`).
+            self.db.execute("ALTER TABLE dirs ADD COLUMN delta BLOB")
 
     def close(self) -> None:
         self.db.close()
@@ -440,11 +446,16 @@ class SetState:
             directory = os.path.join(root, prefix) if prefix else root
             listed = inventory.list_dir(directory, prefix)
             files, subdirs = listed if listed is not None else ({}, [])
-            row = self.db.execute("SELECT files, subdirs FROM dirs WHERE path = ?", (prefix,))
-            cached = row.fetchone()
-            old_files: dict[str, Stat | None] = marshal.loads(cached[0]) if cached else {}
+            cached = self.db.execute(
+                "SELECT files, subdirs, delta FROM dirs WHERE path = ?", (prefix,)
+            ).fetchone()
+            old_files, delta = _listing(cached)
             old_subdirs: list[str] = marshal.loads(cached[1]) if cached else []
             seen += len(files)
+            differ: set[str] = set()
+            # Stays empty when nothing differs: then a listing is stored only for a
+            # directory the state did not hold, which is empty.
+            kept: dict[str, Stat | None] = {}
             if files != old_files:
                 # What differs (one lookup and comparison per file), then handled in key
                 # order, as a whole scan would.
@@ -452,7 +463,7 @@ class SetState:
                 differ = {name for name, st in files.items() if old_get(name) != st}
                 differ |= old_files.keys() - files.keys()
                 result.unchanged += len(files) - len(differ & files.keys())
-                kept: dict[str, Stat | None] = dict(files)
+                kept = dict(files)
                 # A first scan has nothing to look up.
                 rows = {} if result.baseline else self._rows(prefix, differ)
                 uri_prefix = inventory.uri_prefix(prefix)
@@ -466,17 +477,16 @@ class SetState:
                     item = inventory.item(directory, prefix, name, st, uri_prefix)
                     stored = j.compare(item, old, True)
                     kept[name] = _listed(stored)
-                files_blob = marshal.dumps(kept)
             else:
                 result.unchanged += len(files)
-                files_blob = cached[0] if cached else marshal.dumps({})
             for name in sorted(set(old_subdirs) - set(subdirs)):
                 self._delete_tree(j, prefix + name + "/")
             subdirs.sort()
-            if cached is None or files_blob is not cached[0] or subdirs != old_subdirs:
+            if cached is None or differ:
+                self._store_listing(prefix, cached, delta, kept, differ, subdirs)
+            elif subdirs != old_subdirs:
                 self.db.execute(
-                    "INSERT OR REPLACE INTO dirs (path, files, subdirs) VALUES (?, ?, ?)",
-                    (prefix, files_blob, marshal.dumps(subdirs)),
+                    "UPDATE dirs SET subdirs = ? WHERE path = ?", (marshal.dumps(subdirs), prefix)
                 )
             known = set(old_subdirs)
             for name in reversed(subdirs):
@@ -490,6 +500,41 @@ class SetState:
         j.flush()
         last = self.db.execute("SELECT resources FROM runs ORDER BY id DESC LIMIT 1").fetchone()
         j.finish(0 if result.baseline else last[0] if last is not None else None)
+
+    def _store_listing(
+        self,
+        prefix: str,
+        cached: tuple[bytes, bytes, bytes | None] | None,
+        delta: dict[str, Stat | bool | None] | None,
+        files: dict[str, Stat | None],
+        differ: Iterable[str],
+        subdirs: list[str] | None,
+    ) -> None:
+        """Keep a directory's listing `files`, of which the names `differ` changed since the
+        listing `cached` (its `delta` applied) was read. A few changes are written as the
+        listing's delta (a re-run after 1 % changed writes kilobytes, not the listing of every
+        directory it touched); the listing is written whole when the delta grows past an
+        eighth of it. `subdirs` None: unchanged."""
+        if cached is not None:
+            grown = dict(delta) if delta else {}
+            for name in differ:
+                grown[name] = files.get(name, _GONE)
+            if len(grown) <= max(_DELTA_MIN, len(files) // 8):
+                blob = marshal.dumps((zlib.crc32(cached[0]), grown))
+                if subdirs is None:
+                    self.db.execute("UPDATE dirs SET delta = ? WHERE path = ?", (blob, prefix))
+                else:
+                    self.db.execute(
+                        "UPDATE dirs SET delta = ?, subdirs = ? WHERE path = ?",
+                        (blob, marshal.dumps(subdirs), prefix),
+                    )
+                return
+            if subdirs is None:
+                subdirs = marshal.loads(cached[1])
+        self.db.execute(
+            "INSERT OR REPLACE INTO dirs (path, files, subdirs, delta) VALUES (?, ?, ?, NULL)",
+            (prefix, marshal.dumps(files), marshal.dumps(subdirs or [])),
+        )
 
     def _rows(self, prefix: str, names: Iterable[str]) -> dict[str, tuple[Any, ...]]:
         """The snapshot's rows of some files of one directory, by key."""
@@ -647,14 +692,13 @@ class SetState:
         for key in keys:
             head, _, name = key.rpartition("/")
             prefix = head + "/" if head else ""
-            row = self.db.execute("SELECT files FROM dirs WHERE path = ?", (prefix,)).fetchone()
-            if row is not None:
-                files = marshal.loads(row[0])
-                if name in files:
-                    files[name] = None
-                    self.db.execute(
-                        "UPDATE dirs SET files = ? WHERE path = ?", (marshal.dumps(files), prefix)
-                    )
+            cached = self.db.execute(
+                "SELECT files, subdirs, delta FROM dirs WHERE path = ?", (prefix,)
+            ).fetchone()
+            files, delta = _listing(cached)
+            if name in files:
+                files[name] = None
+                self._store_listing(prefix, cached, delta, files, {name}, None)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -903,6 +947,34 @@ def _parse_fingerprint(fingerprint: str) -> Stat | None:
 
 def _listed(fingerprint: str | None) -> Stat | None:
     return None if fingerprint is None else _parse_fingerprint(fingerprint)
+
+
+#: A name gone from a directory, in a listing's delta.
+_GONE = False
+#: The number of changes a listing's delta may always hold before it is written whole.
+_DELTA_MIN = 16
+
+
+def _listing(
+    cached: tuple[bytes, bytes, bytes | None] | None,
+) -> tuple[dict[str, Stat | None], dict[str, Stat | bool | None] | None]:
+    """A directory's listing as the last scan left it, and the delta applied to it (None:
+    none). A delta applies to the listing it was written over only (the CRC of its bytes): a
+    listing written whole again by a resourcesync that kept no deltas drops it."""
+    if cached is None:
+        return {}, None
+    files: dict[str, Stat | None] = marshal.loads(cached[0])
+    if cached[2] is None:
+        return files, None
+    crc, delta = marshal.loads(cached[2])
+    if crc != zlib.crc32(cached[0]):
+        return files, None
+    for name, st in delta.items():
+        if st is False:  # _GONE
+            files.pop(name, None)
+        else:
+            files[name] = st
+    return files, delta
 
 
 class _Journal:
