@@ -384,6 +384,38 @@ def test_excludes_symlinks_and_our_own_output_are_not_published(tmp_path: Path) 
     assert [e.loc for e in entries] == [BASE + "keep.txt"]
 
 
+def test_the_unfiltered_walk_takes_what_the_filtered_walk_takes(tmp_path: Path) -> None:
+    """A walk without filters or links followed tells files by the one `lstat` each gets;
+    it must take, skip and count exactly what the general walk does."""
+    from resourcesync.source.inventory import DirectoryInventory
+
+    data = tmp_path / "data"
+    make_tree(data, {"a.txt": b"a", "sub/b.txt": b"b", ".hidden": b"h", "sub/.x/c.txt": b"c"})
+    (tmp_path / "outside.txt").write_bytes(b"secret")
+    (data / "out.txt").symlink_to(tmp_path / "outside.txt")
+    (data / "in.txt").symlink_to(data / "a.txt")
+    (data / "dirlink").symlink_to(data / "sub", target_is_directory=True)
+    (data / "dangling").symlink_to(tmp_path / "nothing")
+    os.mkfifo(data / "fifo")
+    (data / os.fsdecode(b"bad\xff.txt")).write_bytes(b"x")  # no UTF-8 name: skipped, said
+    (data / "skipped").mkdir()
+    (data / "skipped" / "s.txt").write_bytes(b"s")
+
+    def walk(**kw: object) -> tuple[list[tuple[str, str]], object]:
+        inv = DirectoryInventory(data, BASE, skip=[data / "skipped"], **kw)  # type: ignore[arg-type]
+        items = [(item.key, item.uri) for item in inv]
+        return items, inv.stats
+
+    for hidden in (False, True):
+        plain, plain_stats = walk(hidden=hidden)
+        general, general_stats = walk(hidden=hidden, exclude=("*.no-such-name",))
+        assert plain == general
+        assert plain_stats == general_stats
+        assert plain_stats.skipped_links == 4  # type: ignore[attr-defined]
+        assert len(plain_stats.skipped_names) == 1  # type: ignore[attr-defined]
+    assert [key for key, _ in walk()[0]] == ["a.txt", "sub/b.txt"]
+
+
 def test_documents_and_resources_never_share_urls(tmp_path: Path) -> None:
     make_tree(tmp_path / "data", {"set1/capabilitylist.xml": b"mine"})
     cfg = PublishConfig(

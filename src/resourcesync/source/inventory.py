@@ -319,6 +319,8 @@ class DirectoryInventory:
         isreg = stat.S_ISREG
         files: dict[str, Stat] = {}
         dirs = []
+        if not follow and not filtering:
+            return self._plain_entries(entries, directory, prefix)
         for entry in entries:
             name = entry.name
             if not hidden and name[0] == ".":
@@ -354,6 +356,40 @@ class DirectoryInventory:
             files[name] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
         return files, dirs
 
+    def _plain_entries(
+        self, entries: list[os.DirEntry[str]], directory: str, prefix: str
+    ) -> tuple[dict[str, Stat], list[os.DirEntry[str]]]:
+        """`_entries` without filters and without following links (the usual run), with one
+        call into the entry per name: its `lstat`, which every file needs, tells a regular
+        file, a directory and a symlink (skipped, as every link is when links are not
+        followed) apart."""
+        hidden = self.hidden
+        stats = self.stats
+        files: dict[str, Stat] = {}
+        dirs = []
+        for entry in entries:
+            name = entry.name
+            if not hidden and name[0] == ".":
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                stats.unreadable.append(f"{prefix + name}: {exc.strerror}")
+                continue
+            mode = st.st_mode & _S_IFMT
+            if mode != _S_IFREG:
+                if mode == _S_IFDIR:
+                    if os.path.realpath(os.path.join(directory, name)) not in self._skip:
+                        dirs.append(entry)
+                elif mode == _S_IFLNK:
+                    stats.skipped_links += 1
+                continue
+            if not name.isascii() and not _encodable(name):
+                stats.skipped_names.append(_printable(prefix + name))
+                continue
+            files[name] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+        return files, dirs
+
     def _filtered(self, rel: str) -> bool:
         return self._filter.excluded(rel)
 
@@ -382,6 +418,7 @@ class DirectoryInventory:
 
 
 _DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+_S_IFMT, _S_IFREG, _S_IFDIR, _S_IFLNK = 0o170000, stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK
 
 
 def _file_uri(prefix: str, name: str) -> str:
