@@ -14,11 +14,11 @@ Change datetimes are distinct and strictly increasing within a set (microseconds
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import marshal
 import os
 import sqlite3
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -520,7 +520,7 @@ class SetState:
             for name in differ:
                 grown[name] = files.get(name, _GONE)
             if len(grown) <= max(_DELTA_MIN, len(files) // 8):
-                blob = marshal.dumps((zlib.crc32(cached[0]), grown))
+                blob = marshal.dumps((_listing_id(cached[0]), grown))
                 if subdirs is None:
                     self.db.execute("UPDATE dirs SET delta = ? WHERE path = ?", (blob, prefix))
                 else:
@@ -955,19 +955,25 @@ _GONE = False
 _DELTA_MIN = 16
 
 
+def _listing_id(blob: bytes) -> bytes:
+    """What names a listing's bytes, for its delta (8 bytes of BLAKE2b: under 20 ms for the 11 MB of
+    listings of 200,000 files)."""
+    return hashlib.blake2b(blob, digest_size=8).digest()
+
+
 def _listing(
     cached: tuple[bytes, bytes, bytes | None] | None,
 ) -> tuple[dict[str, Stat | None], dict[str, Stat | bool | None] | None]:
     """A directory's listing as the last scan left it, and the delta applied to it (None:
-    none). A delta applies to the listing it was written over only (the CRC of its bytes): a
+    none). A delta applies to the listing it was written over only (a digest of its bytes): a
     listing written whole again by a resourcesync that kept no deltas drops it."""
     if cached is None:
         return {}, None
     files: dict[str, Stat | None] = marshal.loads(cached[0])
     if cached[2] is None:
         return files, None
-    crc, delta = marshal.loads(cached[2])
-    if crc != zlib.crc32(cached[0]):
+    over, delta = marshal.loads(cached[2])
+    if over != _listing_id(cached[0]):
         return files, None
     for name, st in delta.items():
         if st is False:  # _GONE
