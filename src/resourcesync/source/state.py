@@ -14,8 +14,6 @@ Change datetimes are distinct and strictly increasing within a set (microseconds
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import marshal
 import os
 import sqlite3
 import time
@@ -32,6 +30,7 @@ from ..sitemap.write import entry_xml
 from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
 from .inventory import DirectoryInventory, Item, ScanStats, Stat, file_fingerprint
+from .listings import Listings, stat_of
 
 __all__ = ["ChangeListRow", "ScanResult", "SetState", "StateError"]
 
@@ -216,6 +215,7 @@ class SetState:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._clock = clock or (lambda: datetime.now(UTC))
         self.db = connect(self.path, _SCHEMA, error=StateError)
+        self.listings = Listings(self.db)
         version = self.get("schema")
         if version is None:
             self.put("schema", str(SCHEMA_VERSION))
@@ -430,12 +430,13 @@ class SetState:
         the whole tree; a sub-directory they hold that the state does not know is walked whole,
         one that is gone is deleted with everything under it."""
         j = _Journal(self, algorithms, result)
+        listings = self.listings
         root = str(inventory.root)
         todo: list[tuple[str, bool]]
         if only is None:
             todo = [("", True)]
         else:
-            todo = [(p, False) for p in sorted(self._known_dirs(only), reverse=True)]
+            todo = [(p, False) for p in sorted(self.listings.known(only), reverse=True)]
         done: set[str] = set()
         seen = 0
         while todo:
@@ -446,11 +447,7 @@ class SetState:
             directory = os.path.join(root, prefix) if prefix else root
             listed = inventory.list_dir(directory, prefix)
             files, subdirs = listed if listed is not None else ({}, [])
-            cached = self.db.execute(
-                "SELECT files, subdirs, delta FROM dirs WHERE path = ?", (prefix,)
-            ).fetchone()
-            old_files, delta = _listing(cached)
-            old_subdirs: list[str] = marshal.loads(cached[1]) if cached else []
+            cached, old_files, delta, old_subdirs = listings.read(prefix)
             seen += len(files)
             differ: set[str] = set()
             # Stays empty when nothing differs: then a listing is stored only for a
@@ -476,18 +473,16 @@ class SetState:
                         continue
                     item = inventory.item(directory, prefix, name, st, uri_prefix)
                     stored = j.compare(item, old, True)
-                    kept[name] = _listed(stored)
+                    kept[name] = stat_of(stored)
             else:
                 result.unchanged += len(files)
             for name in sorted(set(old_subdirs) - set(subdirs)):
                 self._delete_tree(j, prefix + name + "/")
             subdirs.sort()
             if cached is None or differ:
-                self._store_listing(prefix, cached, delta, kept, differ, subdirs)
+                listings.store(prefix, cached, delta, kept, differ, subdirs)
             elif subdirs != old_subdirs:
-                self.db.execute(
-                    "UPDATE dirs SET subdirs = ? WHERE path = ?", (marshal.dumps(subdirs), prefix)
-                )
+                listings.set_subdirs(prefix, subdirs)
             known = set(old_subdirs)
             for name in reversed(subdirs):
                 if recurse or name not in known:
@@ -500,41 +495,6 @@ class SetState:
         j.flush()
         last = self.db.execute("SELECT resources FROM runs ORDER BY id DESC LIMIT 1").fetchone()
         j.finish(0 if result.baseline else last[0] if last is not None else None)
-
-    def _store_listing(
-        self,
-        prefix: str,
-        cached: tuple[bytes, bytes, bytes | None] | None,
-        delta: dict[str, Stat | bool | None] | None,
-        files: dict[str, Stat | None],
-        differ: Iterable[str],
-        subdirs: list[str] | None,
-    ) -> None:
-        """Keep a directory's listing `files`, of which the names `differ` changed since the
-        listing `cached` (its `delta` applied) was read. A few changes are written as the
-        listing's delta (a re-run after 1 % changed writes kilobytes, not the listing of every
-        directory it touched); the listing is written whole when the delta grows past an
-        eighth of it. `subdirs` None: unchanged."""
-        if cached is not None:
-            grown = dict(delta) if delta else {}
-            for name in differ:
-                grown[name] = files.get(name, _GONE)
-            if len(grown) <= max(_DELTA_MIN, len(files) // 8):
-                blob = marshal.dumps((_listing_id(cached[0]), grown))
-                if subdirs is None:
-                    self.db.execute("UPDATE dirs SET delta = ? WHERE path = ?", (blob, prefix))
-                else:
-                    self.db.execute(
-                        "UPDATE dirs SET delta = ?, subdirs = ? WHERE path = ?",
-                        (blob, marshal.dumps(subdirs), prefix),
-                    )
-                return
-            if subdirs is None:
-                subdirs = marshal.loads(cached[1])
-        self.db.execute(
-            "INSERT OR REPLACE INTO dirs (path, files, subdirs, delta) VALUES (?, ?, ?, NULL)",
-            (prefix, marshal.dumps(files), marshal.dumps(subdirs or [])),
-        )
 
     def _rows(self, prefix: str, names: Iterable[str]) -> dict[str, tuple[Any, ...]]:
         """The snapshot's rows of some files of one directory, by key."""
@@ -551,20 +511,6 @@ class SetState:
                 rows[row[0]] = row
         return rows
 
-    def _known_dirs(self, prefixes: Iterable[str]) -> set[str]:
-        """Each directory, or its nearest ancestor that the listings hold (a new directory is
-        found by listing its parent, which also applies the inventory's filters to it)."""
-        out = set()
-        for prefix in prefixes:
-            while prefix:
-                row = self.db.execute("SELECT 1 FROM dirs WHERE path = ?", (prefix,)).fetchone()
-                if row is not None:
-                    break
-                head = prefix[:-1].rpartition("/")[0]
-                prefix = head + "/" if head else ""
-            out.add(prefix)
-        return out
-
     def _delete_tree(self, j: _Journal, prefix: str) -> None:
         """Everything recorded under a directory that is gone (or no longer published)."""
         j.flush()
@@ -577,56 +523,21 @@ class SetState:
         for row in rows:
             j.deleted(row)
         j.flush()
-        self.db.execute("DELETE FROM dirs WHERE path >= ? AND path < ?", (prefix, end))
+        self.listings.drop_under(prefix)
 
     def _rebuild_listings(self, signature: str) -> None:
         """The directory listings of the snapshot, derived from `resources` (after a scan that
         did not keep them): grouped by directory in SQL, so memory holds one directory."""
-        self.db.execute("DELETE FROM dirs")
-        cur = self.db.execute(
-            "SELECT rtrim(key, replace(key, '/', '')) AS dir, key, fingerprint "
-            "FROM resources ORDER BY dir, key"
-        )
-        subdirs: dict[str, set[str]] = {"": set()}
-        current: str | None = None
-        files: dict[str, Stat | None] = {}
-        rows: list[tuple[str, bytes, bytes]] = []
-
-        def close() -> None:
-            if current is not None:
-                rows.append((current, marshal.dumps(files), marshal.dumps([])))
-                if len(rows) >= 500:
-                    write()
-
-        def write() -> None:
-            self.db.executemany("INSERT INTO dirs (path, files, subdirs) VALUES (?, ?, ?)", rows)
-            rows.clear()
-
-        for prefix, key, fingerprint in cur:
-            if prefix != current:
-                close()
-                current, files = prefix, {}
-                # Every directory up to the root holds the next one.
-                child = prefix
-                while child:
-                    parent = child[:-1].rpartition("/")[0]
-                    parent = parent + "/" if parent else ""
-                    subdirs.setdefault(parent, set()).add(child[len(parent) : -1])
-                    subdirs.setdefault(child, set())
-                    child = parent
-            files[key[len(prefix) :]] = _parse_fingerprint(fingerprint)
-        close()
-        write()
-        for prefix, names in subdirs.items():
+        self.listings.rebuild(
             self.db.execute(
-                "INSERT INTO dirs (path, files, subdirs) VALUES (?, ?, ?) "
-                "ON CONFLICT (path) DO UPDATE SET subdirs = excluded.subdirs",
-                (prefix, marshal.dumps({}), marshal.dumps(sorted(names))),
+                "SELECT rtrim(key, replace(key, '/', '')) AS dir, key, fingerprint "
+                "FROM resources ORDER BY dir, key"
             )
+        )
         self.put("dirs_for", signature)
 
     def _forget_listings(self) -> None:
-        self.db.execute("DELETE FROM dirs")
+        self.listings.forget()
         self.db.execute("DELETE FROM meta WHERE key = 'dirs_for'")
 
     def _digests(
@@ -690,15 +601,7 @@ class SetState:
         )
         # …and their directories' listings compare them again.
         for key in keys:
-            head, _, name = key.rpartition("/")
-            prefix = head + "/" if head else ""
-            cached = self.db.execute(
-                "SELECT files, subdirs, delta FROM dirs WHERE path = ?", (prefix,)
-            ).fetchone()
-            files, delta = _listing(cached)
-            if name in files:
-                files[name] = None
-                self._store_listing(prefix, cached, delta, files, {name}, None)
+            self.listings.mark(key)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -930,57 +833,6 @@ class SetState:
 
     def transaction(self) -> contextlib.AbstractContextManager[None]:
         return transaction(self.db)
-
-
-def _parse_fingerprint(fingerprint: str) -> Stat | None:
-    """A file fingerprint as a listing keeps it; None for one that must be compared again
-    (racy, dirty, or not a file's)."""
-    parts = fingerprint.split(":")
-    if len(parts) != 4:
-        return None
-    try:
-        size, mtime_ns, ino, ctime_ns = (int(p) for p in parts)
-    except ValueError:
-        return None
-    return size, mtime_ns, ino, ctime_ns
-
-
-def _listed(fingerprint: str | None) -> Stat | None:
-    return None if fingerprint is None else _parse_fingerprint(fingerprint)
-
-
-#: A name gone from a directory, in a listing's delta.
-_GONE = False
-#: The number of changes a listing's delta may always hold before it is written whole.
-_DELTA_MIN = 16
-
-
-def _listing_id(blob: bytes) -> bytes:
-    """What names a listing's bytes, for its delta (8 bytes of BLAKE2b: under 20 ms for the 11 MB of
-    listings of 200,000 files)."""
-    return hashlib.blake2b(blob, digest_size=8).digest()
-
-
-def _listing(
-    cached: tuple[bytes, bytes, bytes | None] | None,
-) -> tuple[dict[str, Stat | None], dict[str, Stat | bool | None] | None]:
-    """A directory's listing as the last scan left it, and the delta applied to it (None:
-    none). A delta applies to the listing it was written over only (a digest of its bytes): a
-    listing written whole again by a resourcesync that kept no deltas drops it."""
-    if cached is None:
-        return {}, None
-    files: dict[str, Stat | None] = marshal.loads(cached[0])
-    if cached[2] is None:
-        return files, None
-    over, delta = marshal.loads(cached[2])
-    if over != _listing_id(cached[0]):
-        return files, None
-    for name, st in delta.items():
-        if st is False:  # _GONE
-            files.pop(name, None)
-        else:
-            files[name] = st
-    return files, delta
 
 
 class _Journal:

@@ -1,0 +1,203 @@
+"""The directory listings a Source's state keeps between scans (issue 15.3).
+
+A re-run compares each directory with the listing the last scan left (`SetState._scan_tree`):
+its files as {name: (size, mtime_ns, inode, ctime_ns)}, None for a file that must be compared
+again (racy, dirty), and its sub-directories. One row of the state's `dirs` table a directory,
+`marshal`led. A re-run that finds a few changes in a directory keeps them as the listing's
+delta instead of writing the listing again (after 1 % of 200,000 files changed, 200 listings
+were 11 MB to write and checkpoint); the listing is written whole when its delta passes an
+eighth of it.
+
+Ground floor of the Source's state: imports only the inventory's types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import sqlite3
+from collections.abc import Iterable, Iterator
+
+from .inventory import Stat
+
+__all__ = ["Cached", "Delta", "Listing", "Listings", "stat_of"]
+
+Listing = dict[str, Stat | None]
+#: Names changed since the listing was written whole: their stat, None, or `_GONE`.
+Delta = dict[str, Stat | bool | None]
+#: A `dirs` row as read: the listing's bytes, its sub-directories' bytes, its delta's bytes.
+Cached = tuple[bytes, bytes, bytes | None]
+
+#: A name gone from a directory, in a listing's delta.
+_GONE = False
+#: The number of changes a listing's delta may always hold before it is written whole.
+_DELTA_MIN = 16
+
+
+def stat_of(fingerprint: str | None) -> Stat | None:
+    """A file fingerprint (`inventory.file_fingerprint`) as a listing keeps it; None for one
+    that must be compared again (racy, dirty, not recorded, or not a file's)."""
+    if fingerprint is None:
+        return None
+    parts = fingerprint.split(":")
+    if len(parts) != 4:
+        return None
+    try:
+        size, mtime_ns, ino, ctime_ns = (int(p) for p in parts)
+    except ValueError:
+        return None
+    return size, mtime_ns, ino, ctime_ns
+
+
+def _listing_id(blob: bytes) -> bytes:
+    """What names a listing's bytes, for its delta (8 bytes of BLAKE2b: under 20 ms for the
+    11 MB of listings of 200,000 files)."""
+    return hashlib.blake2b(blob, digest_size=8).digest()
+
+
+def _applied(cached: Cached | None) -> tuple[Listing, Delta | None]:
+    """A directory's listing as the last scan left it, and the delta applied to it (None:
+    none). A delta applies to the listing it was written over only (a digest of its bytes): a
+    listing written whole again by a resourcesync that kept no deltas drops it."""
+    if cached is None:
+        return {}, None
+    files: Listing = marshal.loads(cached[0])
+    if cached[2] is None:
+        return files, None
+    over, delta = marshal.loads(cached[2])
+    if over != _listing_id(cached[0]):
+        return files, None
+    for name, st in delta.items():
+        if st is False:  # _GONE
+            files.pop(name, None)
+        else:
+            files[name] = st
+    return files, delta
+
+
+class Listings:
+    """The `dirs` table of a state database (its schema is the state's)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def read(self, prefix: str) -> tuple[Cached | None, Listing, Delta | None, list[str]]:
+        """The row of the directory `prefix` (None when none is kept), its files with the
+        delta applied, the delta, and its sub-directories."""
+        cached: Cached | None = self.db.execute(
+            "SELECT files, subdirs, delta FROM dirs WHERE path = ?", (prefix,)
+        ).fetchone()
+        files, delta = _applied(cached)
+        subdirs: list[str] = marshal.loads(cached[1]) if cached else []
+        return cached, files, delta, subdirs
+
+    def store(
+        self,
+        prefix: str,
+        cached: Cached | None,
+        delta: Delta | None,
+        files: Listing,
+        differ: Iterable[str],
+        subdirs: list[str] | None,
+    ) -> None:
+        """Keep the listing `files` of the directory `prefix`, of which the names `differ`
+        changed since the row `cached` (with its `delta` applied) was read. A few changes are
+        written as the listing's delta; the listing is written whole when the delta grows past
+        an eighth of it. `subdirs` None: unchanged."""
+        if cached is not None:
+            grown = dict(delta) if delta else {}
+            for name in differ:
+                grown[name] = files.get(name, _GONE)
+            if len(grown) <= max(_DELTA_MIN, len(files) // 8):
+                blob = marshal.dumps((_listing_id(cached[0]), grown))
+                if subdirs is None:
+                    self.db.execute("UPDATE dirs SET delta = ? WHERE path = ?", (blob, prefix))
+                else:
+                    self.db.execute(
+                        "UPDATE dirs SET delta = ?, subdirs = ? WHERE path = ?",
+                        (blob, marshal.dumps(subdirs), prefix),
+                    )
+                return
+            if subdirs is None:
+                subdirs = marshal.loads(cached[1])
+        self.db.execute(
+            "INSERT OR REPLACE INTO dirs (path, files, subdirs, delta) VALUES (?, ?, ?, NULL)",
+            (prefix, marshal.dumps(files), marshal.dumps(subdirs or [])),
+        )
+
+    def set_subdirs(self, prefix: str, subdirs: list[str]) -> None:
+        self.db.execute(
+            "UPDATE dirs SET subdirs = ? WHERE path = ?", (marshal.dumps(subdirs), prefix)
+        )
+
+    def known(self, prefixes: Iterable[str]) -> set[str]:
+        """Each directory, or its nearest ancestor that the listings hold (a new directory is
+        found by listing its parent, which also applies the inventory's filters to it)."""
+        out = set()
+        for prefix in prefixes:
+            while prefix:
+                row = self.db.execute("SELECT 1 FROM dirs WHERE path = ?", (prefix,)).fetchone()
+                if row is not None:
+                    break
+                head = prefix[:-1].rpartition("/")[0]
+                prefix = head + "/" if head else ""
+            out.add(prefix)
+        return out
+
+    def drop_under(self, prefix: str) -> None:
+        """Forget the listings of a directory (`prefix`, ending in "/") and all below it."""
+        end = prefix[:-1] + chr(ord("/") + 1)
+        self.db.execute("DELETE FROM dirs WHERE path >= ? AND path < ?", (prefix, end))
+
+    def forget(self) -> None:
+        self.db.execute("DELETE FROM dirs")
+
+    def rebuild(self, rows: Iterator[tuple[str, str, str]]) -> None:
+        """Every listing again, from (directory prefix, key, fingerprint) rows grouped by
+        directory: memory holds one directory."""
+        self.forget()
+        subdirs: dict[str, set[str]] = {"": set()}
+        current: str | None = None
+        files: Listing = {}
+        batch: list[tuple[str, bytes, bytes]] = []
+
+        def close() -> None:
+            if current is not None:
+                batch.append((current, marshal.dumps(files), marshal.dumps([])))
+                if len(batch) >= 500:
+                    write()
+
+        def write() -> None:
+            self.db.executemany("INSERT INTO dirs (path, files, subdirs) VALUES (?, ?, ?)", batch)
+            batch.clear()
+
+        for prefix, key, fingerprint in rows:
+            if prefix != current:
+                close()
+                current, files = prefix, {}
+                # Every directory up to the root holds the next one.
+                child = prefix
+                while child:
+                    parent = child[:-1].rpartition("/")[0]
+                    parent = parent + "/" if parent else ""
+                    subdirs.setdefault(parent, set()).add(child[len(parent) : -1])
+                    subdirs.setdefault(child, set())
+                    child = parent
+            files[key[len(prefix) :]] = stat_of(fingerprint)
+        close()
+        write()
+        for prefix, names in subdirs.items():
+            self.db.execute(
+                "INSERT INTO dirs (path, files, subdirs) VALUES (?, ?, ?) "
+                "ON CONFLICT (path) DO UPDATE SET subdirs = excluded.subdirs",
+                (prefix, marshal.dumps({}), marshal.dumps(sorted(names))),
+            )
+
+    def mark(self, key: str) -> None:
+        """The file `key` is to be compared again by the next scan, whatever its stat."""
+        head, _, name = key.rpartition("/")
+        prefix = head + "/" if head else ""
+        cached, files, delta, _ = self.read(prefix)
+        if name in files:
+            files[name] = None
+            self.store(prefix, cached, delta, files, (name,), None)
