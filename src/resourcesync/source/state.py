@@ -229,7 +229,7 @@ class SetState:
             self.db.execute("ALTER TABLE changes ADD COLUMN xml BLOB")
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(dirs)")}
         if "delta" not in columns:
-            # A listing's changes since it was last written whole (see `_listing`).
+            # A listing's changes since it was last written whole (see source/listings.py).
             self.db.execute("ALTER TABLE dirs ADD COLUMN delta BLOB")
 
     def close(self) -> None:
@@ -436,7 +436,7 @@ class SetState:
         if only is None:
             todo = [("", True)]
         else:
-            todo = [(p, False) for p in sorted(self.listings.known(only), reverse=True)]
+            todo = [(p, False) for p in sorted(listings.known(only), reverse=True)]
         done: set[str] = set()
         seen = 0
         while todo:
