@@ -256,3 +256,21 @@ def test_a_file_marked_dirty_while_its_directory_has_a_delta_is_read_again(
         assert (result.updated, result.rehashed, result.unchanged) == (2, 2, 38)
         again = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
         assert (again.updated, again.rehashed) == (0, 0)
+
+
+def test_a_state_from_before_deltas_gains_them(tmp_path: Path) -> None:
+    """A state written before listings had deltas (no `dirs.delta` column) is read as it is,
+    gains the column when opened, and keeps deltas from then on."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(40):
+        (data / f"f{i:02d}.txt").write_text(f"file {i}")
+    with SetState(tmp_path / "state.sqlite") as state:
+        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        state.db.execute("ALTER TABLE dirs DROP COLUMN delta")
+    (data / "f01.txt").write_text("changed")
+    with SetState(tmp_path / "state.sqlite") as state:
+        result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert (result.updated, result.rehashed, result.unchanged) == (1, 1, 39)
+        assert listing_row(state, "")[1] is not None
+        assert snapshot(state) == fresh(tmp_path, data)
