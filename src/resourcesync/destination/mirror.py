@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import random
 import re
 import shutil
 import stat
@@ -54,6 +53,7 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import SplitResult, urlsplit
 
+from .. import rng
 from ..atomic import fsync_dir
 from ..errors import ResourceSyncError
 from ..hashing import ALGORITHMS, MultiHasher, hash_file
@@ -906,7 +906,7 @@ class Incoming:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         for _ in range(100):
             # Unpredictable enough: the name is only ever created with O_EXCL|O_NOFOLLOW.
-            tmp = path.with_name(f"{prefix}.{random.getrandbits(32):08x}.part")
+            tmp = path.with_name(f"{prefix}.{rng.getrandbits(32):08x}.part")
             try:
                 fd = os.open(tmp, flags, 0o666)
             except FileExistsError:

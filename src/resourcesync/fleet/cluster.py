@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -33,6 +32,7 @@ from typing import Any
 
 from celery import Celery
 
+from .. import rng
 from .registry import FleetError
 from .schedule import Backoff, next_run
 from .store import FleetStore, Row, open_store
@@ -64,7 +64,7 @@ def host_slot(client: Any, host: str, slots: int, lease: float) -> Iterator[bool
     """Hold one of the `slots` slots of `host`, cluster-wide, for the block (yields False when
     all are taken). The lease is renewed in the background while the block runs."""
     lock = None
-    for i in random.sample(range(slots), slots):
+    for i in rng.sample(range(slots), slots):
         candidate = client.lock(
             f"resourcesync:fleet:host:{host}:{i}", timeout=lease, thread_local=False
         )
@@ -162,13 +162,13 @@ def make_app(
             return "already done"
         with store.lock(name) as mine:
             if not mine:
-                raise self.retry(countdown=random.uniform(1, 3))
+                raise self.retry(countdown=rng.uniform(1, 3))
             row = store.get(name)  # read under the lock: the run before may just have ended
             if row is None or store.done(name, ticket):
                 return "already done"
             with host_slot(worker.redis(), row.entry.host, opts.per_host, opts.slot_lease) as ok:
                 if not ok:
-                    raise self.retry(countdown=random.uniform(0.5, 2))
+                    raise self.retry(countdown=rng.uniform(0.5, 2))
                 log.info("%s: syncing (ticket %d)", name, ticket)
                 outcome = sync_source(
                     row.entry,

@@ -13,7 +13,6 @@ import contextvars
 import email.utils
 import importlib.util
 import logging
-import random
 import ssl
 import time
 import zlib
@@ -25,7 +24,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from .. import __version__
+from .. import __version__, rng
 from ..errors import FetchError
 from . import tls
 
@@ -99,7 +98,7 @@ class RetryPolicy:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_backoff)
         base = min(self.backoff * 2.0 ** (attempt - 1), self.max_backoff)
-        return base / 2 + random.uniform(0, base / 2)
+        return base / 2 + rng.uniform(0, base / 2)
 
 
 @dataclass(frozen=True, slots=True)

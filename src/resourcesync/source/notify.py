@@ -14,12 +14,12 @@ from __future__ import annotations
 import io
 import json
 import logging
-import random
 import threading
 import time
 from datetime import datetime
 from pathlib import Path
 
+from .. import rng
 from ..atomic import AtomicFile
 from ..errors import ResourceSyncError
 from ..model import Capability, Document, Link, Resource
@@ -188,7 +188,7 @@ class _Retrier(threading.Thread):
         while not self.stopping:
             if self.pending:
                 # Jitter: many Sources behind one hub do not come back in step.
-                self.wake.wait(delay * random.uniform(0.5, 1.0))
+                self.wake.wait(delay * rng.uniform(0.5, 1.0))
             else:
                 self.wake.wait()
             self.wake.clear()
