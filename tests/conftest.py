@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Iterator
 from html import unescape
 from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_notifier_left_running() -> Iterator[None]:
+    """A `publish` whose hub refused leaves a thread of this process retrying the held
+    notifications (as a long-running program wants); a test's is stopped when the test ends,
+    so it does not post to a later test's servers or draw its jitter during a later test."""
+    yield
+    notify = sys.modules.get("resourcesync.source.notify")
+    if notify is not None:
+        notify.stop_background()
+
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT.parent / "shared" / "specs"
