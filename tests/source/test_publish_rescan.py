@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from resourcesync.source.inventory import DirectoryInventory
-from resourcesync.source.state import SetState
+from resourcesync.source.state import ScanResult, SetState
 
 BASE = "http://example.org/data/"
 
@@ -206,20 +206,29 @@ def test_a_few_changes_are_kept_as_the_listings_delta_until_it_grows(tmp_path: P
         assert (again.rehashed, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
 
 
+def forty_files(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(40):
+        (data / f"f{i:02d}.txt").write_text(f"file {i}")
+    return data
+
+
+def rescan(state: SetState, data: Path) -> ScanResult:
+    return state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+
+
 def test_a_listing_written_again_without_its_delta_drops_the_delta(tmp_path: Path) -> None:
     """A delta applies to the listing it was written over only: a listing written whole again
     by a resourcesync that kept no deltas (or marked a file dirty in it) is taken as it is."""
     import marshal
 
-    data = tmp_path / "data"
-    data.mkdir()
-    for i in range(40):
-        (data / f"f{i:02d}.txt").write_text(f"file {i}")
+    data = forty_files(tmp_path)
     with SetState(tmp_path / "state.sqlite") as state:
-        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        rescan(state, data)
         (data / "f01.txt").write_text("changed")
         (data / "f02.txt").write_text("changed too")
-        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        rescan(state, data)
         files, delta = listing_row(state, "")
         assert delta is not None
         # What an older resourcesync's mark_dirty did: the snapshot's row marked dirty, the
@@ -230,47 +239,41 @@ def test_a_listing_written_again_without_its_delta_drops_the_delta(tmp_path: Pat
         listing = marshal.loads(files)
         listing["f02.txt"] = None
         state.db.execute("UPDATE dirs SET files = ? WHERE path = ''", (marshal.dumps(listing),))
-        result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        result = rescan(state, data)
         # The delta is dropped: f01 (its old stat in the listing) is looked up and found as
         # the snapshot holds it; f02 is read again and journaled: the dirty mark holds.
         assert (result.rehashed, result.updated, result.unchanged) == (1, 1, 39)
         assert snapshot(state) == fresh(tmp_path, data)
-        again = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        again = rescan(state, data)
         assert (again.rehashed, again.updated, again.unchanged) == (0, 0, 40)
 
 
 def test_a_file_marked_dirty_while_its_directory_has_a_delta_is_read_again(
     tmp_path: Path,
 ) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    for i in range(40):
-        (data / f"f{i:02d}.txt").write_text(f"file {i}")
+    data = forty_files(tmp_path)
     with SetState(tmp_path / "state.sqlite") as state:
-        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        rescan(state, data)
         (data / "f01.txt").write_text("changed")
-        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        rescan(state, data)
         assert listing_row(state, "")[1] is not None
         state.mark_dirty(["f01.txt", "f05.txt"])
-        result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        result = rescan(state, data)
         assert (result.updated, result.rehashed, result.unchanged) == (2, 2, 38)
-        again = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        again = rescan(state, data)
         assert (again.updated, again.rehashed) == (0, 0)
 
 
 def test_a_state_from_before_deltas_gains_them(tmp_path: Path) -> None:
     """A state written before listings had deltas (no `dirs.delta` column) is read as it is,
     gains the column when opened, and keeps deltas from then on."""
-    data = tmp_path / "data"
-    data.mkdir()
-    for i in range(40):
-        (data / f"f{i:02d}.txt").write_text(f"file {i}")
+    data = forty_files(tmp_path)
     with SetState(tmp_path / "state.sqlite") as state:
-        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        rescan(state, data)
         state.db.execute("ALTER TABLE dirs DROP COLUMN delta")
     (data / "f01.txt").write_text("changed")
     with SetState(tmp_path / "state.sqlite") as state:
-        result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        result = rescan(state, data)
         assert (result.updated, result.rehashed, result.unchanged) == (1, 1, 39)
         assert listing_row(state, "")[1] is not None
         assert snapshot(state) == fresh(tmp_path, data)
