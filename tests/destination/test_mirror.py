@@ -457,7 +457,7 @@ def test_incoming_writes_and_reports_digests(mirror: Mirror, dest: Path) -> None
         assert len(parts) == 1 and parts[0].startswith(".item.txt.") and parts[0].endswith(".part")
     w = inc.written
     assert w == Written(
-        dest / "k1" / "deep" / "item.txt",
+        str(dest / "k1" / "deep" / "item.txt"),
         len(data),
         {"md5": md5(data), "sha-256": sha256(data)},
     )
@@ -562,7 +562,7 @@ def test_dry_run_writes_nothing_but_reports(tmp_path: Path, dest: Path) -> None:
     m = Mirror(dest, [Mapping(f"{HOST}/", dest)], dry_run=True)
     w = put(m, f"{HOST}/new/deep/file", b"data", length=4, hashes={"sha-256": sha256(b"data")})
     assert w == Written(
-        dest / "new" / "deep" / "file", 4, {"md5": md5(b"data"), "sha-256": sha256(b"data")}
+        str(dest / "new" / "deep" / "file"), 4, {"md5": md5(b"data"), "sha-256": sha256(b"data")}
     )
     with pytest.raises(IntegrityError):
         put(m, f"{HOST}/old", b"new", hashes={"md5": md5(b"other")})

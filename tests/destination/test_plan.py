@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
+import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
+
+from resourcesync.destination import plan as plan_module
 from resourcesync.destination.plan import Plan
+from resourcesync.destination.transfer import host_key
 from resourcesync.model import Resource
 
 
@@ -44,3 +51,52 @@ def test_a_planned_entry_comes_back_as_it_was_planned() -> None:
     # A Change List entry keeps its own change time.
     assert (got["c"].lastmod, got["c"].datetime) == (lastmod, changed)
     assert (got["n"].lastmod, got["n"].datetime, got["n"].hashes) == (None, None, {})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    claims=st.lists(st.tuples(st.sampled_from("abcdefgh"), st.sampled_from("uvwxyz")), max_size=40),
+    bound=st.integers(min_value=1, max_value=6),
+)
+def test_claims_answer_alike_in_memory_and_in_their_table(
+    claims: list[tuple[str, str]], bound: int
+) -> None:
+    """The first URI to claim a local path keeps it, whether the claims are still in memory or
+    have moved to their table past the bound (and across a reset)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plan_module, "CLAIMS_IN_MEMORY", bound)
+        plan = Plan(sqlite3.connect(":memory:"))
+        for _ in range(2):
+            owners: dict[str, str] = {}
+            for key, uri in claims:
+                expected = owners.setdefault(key, uri)
+                assert plan.claim(key, uri) == (None if expected == uri else expected)
+            moved = plan.db.execute("SELECT COUNT(*) FROM claims").fetchone()[0]
+            assert moved == (len(owners) if len(owners) > bound else 0)
+            plan.reset()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    uri=st.one_of(
+        st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zs")), max_size=40),
+        st.builds(
+            "{}://{}{}".format,
+            st.sampled_from(["http", "HTTPS", "ftp", "a+b.c-d"]),
+            st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zs")), max_size=20),
+            st.sampled_from(["", "/", "/p?q", "?q/x", "#f/x", "/a#b"]),
+        ),
+    )
+)
+@example(uri="HTTP://Host.Example:8080/x")
+@example(uri="http://u@h?x/y")
+@example(uri="mailto:x@y")
+@example(uri="http:/x")
+def test_the_host_a_transfer_counts_is_urlsplits_netloc(uri: str) -> None:
+    """The per-host limits key each URI by its authority as `urlsplit` takes it (for the URIs
+    `urlsplit` takes: the others are refused by the mapping before they are planned)."""
+    try:
+        netloc = urlsplit(uri).netloc
+    except ValueError:
+        assume(False)
+    assert host_key(uri) == netloc.lower()

@@ -132,11 +132,16 @@ class Written:
     """A resource received: where it is (or would be, in a dry run), its length and digests.
 
     `hashes` holds every digest computed: md5 always, and every expected algorithm we know.
+    `location` is the path as a string (what the transfers use); `path` the same as a Path.
     """
 
-    path: Path
+    location: str
     length: int
     hashes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.location)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,9 +250,9 @@ def _temp_prefix(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Located:
-    """Where a URI lands (from `Mirror.locate`)."""
+    """Where a URI lands (from `Mirror.locate`): the path as a string, and its mapping."""
 
-    path: Path
+    path: str
     root: _Root
 
 
@@ -353,11 +358,16 @@ class Mirror:
 
     def path_for(self, uri: str) -> Path:
         """The absolute local path of `uri`; raises UnsafePath (see the module docstring)."""
+        return Path(self._locate(uri)[0])
+
+    def location(self, uri: str) -> str:
+        """`path_for` as a string (for the paths taken once a resource)."""
         return self._locate(uri)[0]
 
-    def mapped(self, uri: str) -> Path:
-        """Where `uri` maps, from the URI alone (UnsafePath when the URI itself cannot be
-        mapped); what lies on the disk there is checked by `path_for` and by every write."""
+    def mapped(self, uri: str) -> str:
+        """Where `uri` maps (an absolute path, as a string), from the URI alone (UnsafePath
+        when the URI itself cannot be mapped); what lies on the disk there is checked by
+        `path_for` and by every write."""
         return self._map(uri)[0]
 
     def relpath(self, uri: str) -> str:
@@ -366,21 +376,24 @@ class Mirror:
         write, not here."""
         return self.stored(self._map(uri)[0])
 
-    def stored(self, path: Path) -> str:
+    def stored(self, path: str | Path) -> str:
         """How a local path is kept in the state: relative to DEST, or absolute when a
         mapping puts it outside DEST."""
-        text = str(path)
+        text = os.fspath(path)
         if text.startswith(self._dest_prefix):
             return text[len(self._dest_prefix) :]
-        return "." if text == self._dest_str else path.as_posix()
+        return "." if text == self._dest_str else Path(text).as_posix()
 
-    def _locate(self, uri: str) -> tuple[Path, _Root]:
+    # The mapping works on strings: a Path made and printed twice a resource was 4–5 % of a
+    # sync's CPU (issue 15.1). Paths are made at the edges (`path_for`, `Written.path`).
+
+    def _locate(self, uri: str) -> tuple[str, _Root]:
         """Where `uri` maps, with what lies on the disk on the way checked."""
         path, root = self._map(uri)
         self._checked(uri, path, root)
         return path, root
 
-    def _checked(self, uri: str, path: Path, root: _Root, *, name: bool = True) -> None:
+    def _checked(self, uri: str, path: str, root: _Root, *, name: bool = True) -> None:
         """`_check_location`, its refusal naming `uri`."""
         try:
             self._check_location(path, root, name=name)
@@ -389,7 +402,7 @@ class Mirror:
                 exc.source = uri
             raise
 
-    def _map(self, uri: str) -> tuple[Path, _Root]:
+    def _map(self, uri: str) -> tuple[str, _Root]:
         """Where `uri` maps (the rules of the module docstring), from the URI alone."""
         try:
             return self._map_unchecked(uri)
@@ -398,7 +411,7 @@ class Mirror:
                 exc.source = uri
             raise
 
-    def _map_unchecked(self, uri: str) -> tuple[Path, _Root]:
+    def _map_unchecked(self, uri: str) -> tuple[str, _Root]:
         # The hot path of every sync (twice a resource): a URI in a directory mapped before
         # whose last segment is plain costs the checks that depend on that segment only.
         head, _, name = uri.rpartition("/")
@@ -407,7 +420,7 @@ class Mirror:
         if known is None or not plain:
             path, root = self._map_uri(uri)
             if plain and "?" not in head and "#" not in head:
-                text = str(path)
+                text = path
                 if len(self._mapped_dirs) >= _MAPPED_DIRS_MAX:
                     self._mapped_dirs.clear()
                 below = text[1:] if root.text == "/" else text[len(root.text) + 1 :]
@@ -421,7 +434,7 @@ class Mirror:
             raise UnsafePath(f"a name is longer than {MAX_NAME_BYTES} bytes: {name[:40]!r}…")
         return self._tail(name, rel + len(name), f"{directory}/{name}"), root
 
-    def _map_uri(self, uri: str) -> tuple[Path, _Root]:
+    def _map_uri(self, uri: str) -> tuple[str, _Root]:
         """The mapping of the module docstring, from the URI alone."""
         problem = _bad_chars(uri, controls_only=True)
         if problem:
@@ -475,7 +488,7 @@ class Mirror:
         text = f"{root.text}/{joined}" if root.text != "/" else f"/{joined}"
         return self._tail(rest[-1], len(joined.encode("utf-8")), text), root
 
-    def _tail(self, name: str, below: int, text: str) -> Path:
+    def _tail(self, name: str, below: int, text: str) -> str:
         """The checks of a mapping that depend on its last segment `name`, once every segment
         is known to be a sane name: the temporary-file pattern, the length below the root
         (`below` bytes) and in all, the state directory. `text`: the local path."""
@@ -487,7 +500,7 @@ class Mirror:
             raise UnsafePath("local path would be too long for the file system")
         if _is_within(text, self._state_str):
             raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
-        return Path(text)
+        return text
 
     def _unmapped(self, parts: SplitResult, key: tuple[str, str, int]) -> Unmapped:
         """Why no mapping covers a URI, and the --map that would take it."""
@@ -504,7 +517,7 @@ class Mirror:
             )
         return Unmapped(why, hint=f"--map {site}=DIR")
 
-    def _check_location(self, path: Path, root: _Root, *, name: bool = True) -> None:
+    def _check_location(self, path: str | Path, root: _Root, *, name: bool = True) -> None:
         """Refuse the state directory, symlinks out of the root, and file/directory conflicts
         (on the way to `path`, and at `path` itself unless `name` is False).
 
@@ -512,7 +525,7 @@ class Mirror:
         directories and regular files; a directory is checked again if it did not exist yet),
         so a sync of many files in one folder pays for the walk up its path once.
         """
-        target = str(path)
+        target = os.fspath(path)
         if _is_within(target, self._state_str):
             raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
         try:
@@ -540,7 +553,7 @@ class Mirror:
         except OSError as exc:
             raise UnsafePath(f"cannot check {path}: {exc.strerror or exc}") from None
 
-    def _check_parents(self, path: Path, parent: str, root: _Root) -> None:
+    def _check_parents(self, path: str | Path, parent: str, root: _Root) -> None:
         """Walk down from the root to `parent`, one `lstat` for each directory not yet known:
         a file where a directory is needed, or a symlink out of the root or into the state, is
         refused; each directory found safe is remembered with its real path. Below the first
@@ -627,13 +640,15 @@ class Mirror:
             self._checked(uri, path, root, name=False)
         return Incoming(self, uri, path, root, length=length, hashes=hashes)
 
-    def _make_parents(self, path: Path, root: _Root, uri: str) -> None:
-        """Create the missing directories between the root and `path` (fsync'd when asked)."""
-        parent = path.parent
-        if str(parent) in self._safe_dirs or (
-            parent == root.directory and root.directory in self._roots_real
+    def _make_parents(self, location: str, root: _Root, uri: str) -> None:
+        """Create the missing directories between the root and `location` (fsync'd when
+        asked)."""
+        parent_text = os.path.dirname(location)
+        if parent_text in self._safe_dirs or (
+            parent_text == root.text and root.directory in self._roots_real
         ):
             return  # there, and checked by `_check_location` (it remembers directories)
+        path = Path(location)
         missing = []
         current = path.parent
         while current != root.directory and not current.is_dir():
@@ -659,7 +674,8 @@ class Mirror:
         """Remove the local copy of `uri` (never a directory) and the directories it leaves empty,
         up to its mapping directory. False when there is nothing to remove. In a dry run nothing
         is removed; the answer says whether something would be."""
-        path, root = self._locate(uri)
+        location, root = self._locate(uri)
+        path = Path(location)
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -878,14 +894,14 @@ class Incoming:
         self,
         mirror: Mirror,
         uri: str,
-        path: Path,
+        location: str,
         root: _Root,
         *,
         length: int | None = None,
         hashes: abc.Mapping[str, str] | None = None,
     ) -> None:
         self.uri = uri
-        self.path = path
+        self.location = location
         self.length = length
         self.expected = {
             algo.lower(): value
@@ -898,31 +914,37 @@ class Incoming:
         self._hasher = MultiHasher(dict.fromkeys(["md5", *self.expected]))
         self._done = False
         self._fd: int | None = None
-        self.tmp: Path | None = None
+        self.tmp: str | None = None
         if mirror.dry_run:
             return
-        mirror._make_parents(path, root, uri)
-        prefix = _temp_prefix(path.name)
+        mirror._make_parents(location, root, uri)
+        directory, _, name = location.rpartition("/")
+        prefix = f"{directory}/{_temp_prefix(name)}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         for _ in range(100):
             # Unpredictable enough: the name is only ever created with O_EXCL|O_NOFOLLOW.
-            tmp = path.with_name(f"{prefix}.{rng.getrandbits(32):08x}.part")
+            tmp = f"{prefix}.{rng.getrandbits(32):08x}.part"
             try:
                 fd = os.open(tmp, flags, 0o666)
             except FileExistsError:
                 continue
             except OSError as exc:
                 raise ResourceSyncError(
-                    f"cannot write {path}: {exc.strerror or exc}", source=uri
+                    f"cannot write {location}: {exc.strerror or exc}", source=uri
                 ) from None
             break
         else:  # pragma: no cover - 100 collisions of 32 random bits
-            raise ResourceSyncError(f"cannot create a temporary file beside {path}", source=uri)
+            raise ResourceSyncError(f"cannot create a temporary file beside {location}", source=uri)
         self.tmp = tmp
         # Written through the descriptor: the pieces that arrive are already large, and a
         # buffered file object per resource costs its buffer (a megabyte) for a few hundred
         # bytes of a typical resource.
         self._fd = fd
+
+    @property
+    def path(self) -> Path:
+        """Where the resource goes."""
+        return Path(self.location)
 
     @property
     def received(self) -> int:
@@ -947,7 +969,7 @@ class Incoming:
             except OSError as exc:
                 self.abort()
                 raise ResourceSyncError(
-                    f"cannot write {self.path}: {exc.strerror or exc}", source=self.uri
+                    f"cannot write {self.location}: {exc.strerror or exc}", source=self.uri
                 ) from None
 
     def commit(self) -> Written:
@@ -978,22 +1000,23 @@ class Incoming:
                         os.fsync(fd)
                 finally:
                     os.close(fd)
-                if self._mirror.backup_dir is not None and os.path.lexists(self.path):
+                if self._mirror.backup_dir is not None and os.path.lexists(self.location):
                     try:
                         self._mirror.backup(self.path, self.uri, move=False)
                     except ResourceSyncError:
                         self.abort()  # the old file stays, not backed up: nothing replaced
                         raise
-                os.replace(self.tmp, self.path)
+                os.replace(self.tmp, self.location)
             except OSError as exc:
                 self.abort()
                 raise ResourceSyncError(
-                    f"cannot put {self.path} in place: {exc.strerror or exc}", source=self.uri
+                    f"cannot put {self.location} in place: {exc.strerror or exc}",
+                    source=self.uri,
                 ) from None
             if self._fsync:
                 fsync_dir(self.path.parent)
         self._done = True
-        self.written = Written(self.path, self._hasher.length, got)
+        self.written = Written(self.location, self._hasher.length, got)
         return self.written
 
     def abort(self) -> None:

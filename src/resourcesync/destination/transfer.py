@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import re
 import time
 from collections import defaultdict
 from datetime import datetime
@@ -30,6 +31,15 @@ __all__ = ["Transfer"]
 
 #: Verified resources recorded per state transaction.
 RECORD_BATCH = 256
+#: The authority of an absolute URI, as `urlsplit` takes it (up to the first "/", "?" or "#").
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
+
+
+def host_key(uri: str) -> str:
+    """The host a URI's request goes to, as the per-host limits count it: `urlsplit`'s netloc,
+    lower-cased (a match instead of a split: once a resource, it was 1.4 % of a sync's CPU)."""
+    m = _AUTHORITY.match(uri)
+    return (m.group(1) if m else urlsplit(uri).netloc).lower()
 
 
 class Transfer:
@@ -64,7 +74,7 @@ class Transfer:
 
         async def one(client: TransferSession, uri: str, res: Resource, held: bool | None) -> None:
             nonlocal done
-            host = urlsplit(uri).netloc.lower()
+            host = host_key(uri)
             async with transfers, hosts[host]:
                 if host in given_up:
                     given_up[host] += 1
@@ -264,7 +274,7 @@ class Transfer:
                 inc.write(chunk)
             written = inc.commit()
         if self.run.options.preserve_times and res.lastmod is not None:
-            _set_mtime(written.path, res.lastmod)
+            _set_mtime(written.location, res.lastmod)
         primary = source == uri
         # Recorded in batches: a run killed before a batch is written fetches those few
         # again (the files themselves are in place and verified). A mirror's validators are
@@ -272,7 +282,7 @@ class Transfer:
         self._records.append(
             (
                 uri,
-                mirror.stored(written.path),
+                mirror.stored(written.location),
                 written.length,
                 written.hashes,
                 res.lastmod,
@@ -440,7 +450,7 @@ class Transfer:
         self.run.state.remember_undated(key)
 
 
-def _set_mtime(path: Path, lastmod: datetime) -> None:
+def _set_mtime(path: str, lastmod: datetime) -> None:
     """The file's modification time from the Source's `<lastmod>` (best effort: a file system
     that refuses it keeps the time of the write)."""
     t = lastmod.timestamp()
