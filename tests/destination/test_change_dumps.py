@@ -6,6 +6,7 @@ and the Change Lists instead whenever a package cannot be used or the packages l
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -251,3 +252,28 @@ def test_a_source_with_a_change_dump_and_no_change_list(tmp_path: Path) -> None:
         assert (s["mode"], s["via"]) == ("incremental", "dumps")
         assert src.resource_gets() == {}
         assert tree(dest) == {"a.txt": b"alpha 3", "k/c.txt": b"gamma", "d.txt": b"delta"}
+
+
+def test_members_taken_from_a_package_get_their_lastmod_as_their_time(tmp_path: Path) -> None:
+    """As a fetched file does (`--times`, the default): a member extracted from a Change Dump's
+    package gets the `<lastmod>` its change gives; with `--no-times`, the time it was written."""
+    old = 1_000_000_000
+    with published_source(tmp_path, FILES, capabilities=CAPS) as src:
+        dests = {"times": tmp_path / "dest", "no-times": tmp_path / "other"}
+        for name, dest in dests.items():
+            extra = ("--no-times",) if name == "no-times" else ()
+            assert cli("sync", src.root, dest, *extra).exit_code == 0
+        for i, rel in enumerate(("a.txt", "k/c.txt")):
+            (src.data / rel).write_bytes(b"changed " + rel.encode())
+            os.utime(src.data / rel, (old + i, old + i))
+        src.publish()
+        src.recorder.reset()
+        for name, dest in dests.items():
+            extra = ("--no-times",) if name == "no-times" else ()
+            code, summary = cli_json("sync", src.root, dest, "--via", "dumps", *extra)
+            s = set_report(summary)
+            assert code == 0 and (s["via"], s["fetched"]) == ("dumps", 2), summary
+        assert src.resource_gets() == {}  # both from the package
+        for i, rel in enumerate(("a.txt", "k/c.txt")):
+            assert abs((dests["times"] / rel).stat().st_mtime - (old + i)) < 1e-3, rel
+            assert (dests["no-times"] / rel).stat().st_mtime > old + 86400, rel

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -821,3 +822,24 @@ def test_extract_refuses_a_file_that_is_not_a_zip(tmp_path: Path, mirror: Mirror
     bad.write_bytes(b"not a zip")
     with pytest.raises(ResourceSyncError, match="not a readable ZIP"):
         list(mirror.extract(bad, [entry(f"{HOST}/a", "/a", b"")]))
+
+
+def test_a_file_takes_its_name_with_its_time(dest: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `times`, the modification time is set before the rename: a run killed between the
+    two cannot leave a file in place with the time of its write. Without, none is set."""
+    renamed: list[float] = []
+    real_replace = os.replace
+
+    def replace(src: str, dst: str) -> None:
+        renamed.append(os.stat(src).st_mtime)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    when = datetime(2001, 9, 9, 1, 46, 40, tzinfo=UTC)
+    for times in (True, False):
+        m = Mirror(dest, [Mapping(f"{HOST}/", dest)], times=times)
+        with m.incoming(f"{HOST}/t-{times}.txt", mtime=when) as inc:
+            inc.write(b"x")
+        got = (dest / f"t-{times}.txt").stat().st_mtime
+        assert (renamed[-1] == when.timestamp()) is times
+        assert (got == when.timestamp()) is times

@@ -49,6 +49,7 @@ import zlib
 from collections import abc
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import SplitResult, urlsplit
@@ -242,6 +243,14 @@ def _is_within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _set_times(fd: int, path: str, mtime: datetime) -> None:
+    """Give the open file `fd` (at `path`) `mtime` as its access and modification times (best
+    effort: a file system that refuses keeps the time of the write)."""
+    t = mtime.timestamp()
+    with contextlib.suppress(OSError):
+        os.utime(fd if os.utime in os.supports_fd else path, (t, t))
+
+
 def _temp_prefix(name: str) -> str:
     """'.' + name, cut (on a character boundary) so the temporary name fits in 255 bytes."""
     data = name.encode("utf-8")[: MAX_NAME_BYTES - _TEMP_OVERHEAD]
@@ -271,6 +280,7 @@ class Mirror:
         fsync: bool = False,
         dry_run: bool = False,
         backup_dir: Path | None = None,
+        times: bool = False,
     ) -> None:
         self.dest = Path(dest).resolve()
         #: Where a file replaced or deleted goes first (at its path under DEST).
@@ -296,6 +306,9 @@ class Mirror:
         self._roots_real: dict[Path, str] = {}
         self.fsync = fsync
         self.dry_run = dry_run
+        #: Whether a file written gets the time it is given (`incoming(mtime=…)`: the
+        #: Source's `<lastmod>`) as its modification time.
+        self.times = times
         by_prefix: dict[str, _Root] = {}
         for mapping in mappings:
             directory = Path(os.path.abspath(self.dest / mapping.directory))
@@ -625,9 +638,11 @@ class Mirror:
         length: int | None = None,
         hashes: abc.Mapping[str, str] | None = None,
         at: Located | None = None,
+        mtime: datetime | None = None,
     ) -> Incoming:
         """Start receiving `uri` (at `at`, from `locate(uri)`, when given); raises
-        UnsafePath before anything is created."""
+        UnsafePath before anything is created. With `times`, the file gets `mtime` (when
+        given) as its modification time before it takes its name."""
         if at is None or self.backup_dir is not None:
             # (With a backup directory the old file is linked or copied: looked at again.)
             path, root = self._locate(uri)
@@ -638,7 +653,9 @@ class Mirror:
             # is replaced, never written through; a directory makes the rename fail).
             path, root = at.path, at.root
             self._checked(uri, path, root, name=False)
-        return Incoming(self, uri, path, root, length=length, hashes=hashes)
+        return Incoming(
+            self, uri, path, root, length=length, hashes=hashes, mtime=mtime if self.times else None
+        )
 
     def _make_parents(self, location: str, root: _Root, uri: str) -> None:
         """Create the missing directories between the root and `location` (fsync'd when
@@ -870,7 +887,7 @@ class Mirror:
             raise refuse(
                 f"compression ratio {size / max(info.compress_size, 1):.0f} exceeds {max_ratio:g}"
             )
-        with self.incoming(entry.loc, length=size, hashes=entry.hashes) as inc:
+        with self.incoming(entry.loc, length=size, hashes=entry.hashes, mtime=entry.lastmod) as inc:
             try:
                 with zf.open(info) as member:
                     while chunk := member.read(CHUNK):
@@ -899,9 +916,11 @@ class Incoming:
         *,
         length: int | None = None,
         hashes: abc.Mapping[str, str] | None = None,
+        mtime: datetime | None = None,
     ) -> None:
         self.uri = uri
         self.location = location
+        self._mtime = mtime
         self.length = length
         self.expected = {
             algo.lower(): value
@@ -996,6 +1015,10 @@ class Incoming:
             try:
                 fd, self._fd = self._fd, None
                 try:
+                    if self._mtime is not None:
+                        # On the descriptor, before the rename: the file takes its name with
+                        # its time (a run killed between the two left the time of the write).
+                        _set_times(fd, self.tmp, self._mtime)
                     if self._fsync:
                         os.fsync(fd)
                 finally:

@@ -82,6 +82,7 @@ class _Syncer:
             fsync=options.fsync,
             dry_run=options.dry_run,
             backup_dir=options.backup_dir,
+            times=options.preserve_times,
         )
         mirror.check_state_dir(create=True)
         state_path = mirror.state_dir / STATE_FILE

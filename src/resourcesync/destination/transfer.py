@@ -6,13 +6,11 @@ a verified resource as soon as its batch is written, a failure to be retried by 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import re
 import time
 from collections import defaultdict
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -269,12 +267,12 @@ class Transfer:
         hashes = res.hashes if self.run.options.checksum else {}
         # Written from the event loop: handing small files to worker threads was measured
         # to cost more (GIL hand-offs) than the file system calls it hid.
-        with mirror.incoming(uri, length=res.length, hashes=hashes, at=at) as inc:
+        with mirror.incoming(
+            uri, length=res.length, hashes=hashes, at=at, mtime=res.lastmod
+        ) as inc:
             async for chunk in response.body(self.run.bandwidth):
                 inc.write(chunk)
             written = inc.commit()
-        if self.run.options.preserve_times and res.lastmod is not None:
-            _set_mtime(written.location, res.lastmod)
         primary = source == uri
         # Recorded in batches: a run killed before a batch is written fetches those few
         # again (the files themselves are in place and verified). A mirror's validators are
@@ -448,11 +446,3 @@ class Transfer:
         if self.run.options.dry_run:
             return
         self.run.state.remember_undated(key)
-
-
-def _set_mtime(path: str, lastmod: datetime) -> None:
-    """The file's modification time from the Source's `<lastmod>` (best effort: a file system
-    that refuses it keeps the time of the write)."""
-    t = lastmod.timestamp()
-    with contextlib.suppress(OSError):
-        os.utime(path, (t, t))
