@@ -5,6 +5,7 @@ that lists what it would do and does not contradict itself, modification times f
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,42 @@ def test_ctrl_c_and_sigterm_stop_a_sync_with_one_line(tmp_path: Path) -> None:
             assert err.strip() == f"resourcesync: {word}", err
             assert cli("sync", src.root, dest).exit_code == 0
             assert tree(dest) == files
+
+
+def test_a_copy_kept_as_it_is_takes_the_time_the_source_now_gives(tmp_path: Path) -> None:
+    """Only the time changed at the Source (its list gives a.txt a new `<lastmod>`, the same
+    bytes): the copy is not fetched again but takes the new time, as rsync -t and rclone do —
+    not with `--no-times`, not in a dry run."""
+    copies = {name: tmp_path / name for name in ("times", "no-times")}
+    with published_source(tmp_path, {"a.txt": b"a", "b.txt": b"b"}) as src:
+        for name, dest in copies.items():
+            extra = ("--no-times",) if name == "no-times" else ()
+            assert cli("sync", src.root, dest, *extra).exit_code == 0
+        listed = src.out / "set1" / "resourcelist.xml"
+        text, n = re.subn(
+            r"(a\.txt</loc>\s*<lastmod>)[^<]+", r"\g<1>2001-09-09T01:46:40Z", listed.read_text()
+        )
+        assert n == 1
+        listed.write_text(text)
+        before = (copies["times"] / "a.txt").stat().st_mtime
+        assert cli("sync", src.root, copies["times"], "--baseline", "--dry-run").exit_code == 0
+        assert (copies["times"] / "a.txt").stat().st_mtime == before
+        for name, dest in copies.items():
+            extra = ("--no-times",) if name == "no-times" else ()
+            code, summary = cli_json("sync", src.root, dest, "--baseline", *extra)
+            s = set_report(summary)
+            assert code == 0 and (s["fetched"], s["unchanged"]) == (0, 2), summary
+        assert (copies["times"] / "a.txt").stat().st_mtime == 1_000_000_000
+        assert (copies["no-times"] / "a.txt").stat().st_mtime > 1_000_000_000 + 86400
+        assert (copies["times"] / "b.txt").stat().st_mtime == _lastmods(src.out)["b.txt"]
+        # A list without digests or lengths: each copy is asked for conditionally, and a 304
+        # keeps it.
+        text = re.sub(r' (hash|length)="[^"]+"', "", listed.read_text())
+        text, n = re.subn(r"(b\.txt</loc>\s*<lastmod>)[^<]+", r"\g<1>2002-01-01T00:00:00Z", text)
+        assert n == 1
+        listed.write_text(text)
+        code, summary = cli_json("sync", src.root, copies["times"], "--baseline")
+        s = set_report(summary)
+        assert code == 0 and (s["fetched"], s["not_modified"]) == (0, 2), summary
+        assert (copies["times"] / "b.txt").stat().st_mtime == 1_009_843_200
+        assert (copies["times"] / "a.txt").stat().st_mtime == 1_000_000_000

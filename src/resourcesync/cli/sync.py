@@ -485,7 +485,8 @@ class _ProgressDisplay:
     "--times/--no-times",
     default=True,
     show_default=True,
-    help="Give each fetched file the Source's <lastmod> as its modification time.",
+    help="Give each file the Source's <lastmod> as its modification time (fetched, from a "
+    "package, or kept when only the time changed).",
 )
 @click.option(
     "-v",

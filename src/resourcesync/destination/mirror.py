@@ -657,6 +657,22 @@ class Mirror:
             self, uri, path, root, length=length, hashes=hashes, mtime=mtime if self.times else None
         )
 
+    def keep_time(
+        self, location: str, mtime: datetime | None, st: os.stat_result | None = None
+    ) -> None:
+        """A copy kept as it is (its content is what the Source lists) takes the time the
+        Source now gives it, as rsync's and rclone's do when only the time changed: with
+        `times`, not in a dry run; `st`, the file's stat when the caller has it. Best effort."""
+        if not self.times or self.dry_run or mtime is None:
+            return
+        t = mtime.timestamp()
+        with contextlib.suppress(OSError):
+            if st is None:
+                st = os.stat(location)
+            # To the microsecond: what `<lastmod>` can say.
+            if abs(st.st_mtime_ns - round(t * 1e9)) >= 1000:
+                os.utime(location, (t, t))
+
     def _make_parents(self, location: str, root: _Root, uri: str) -> None:
         """Create the missing directories between the root and `location` (fsync'd when
         asked)."""

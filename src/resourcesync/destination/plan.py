@@ -392,19 +392,23 @@ class Planner:
 
     def _intact(self, uri: str, path: str, length: int | None, res: Resource) -> bool:
         """Whether the local file is still what we wrote: its size always; its digest too
-        when a baseline was asked for (a repair run) and the Source gives one."""
+        when a baseline was asked for (a repair run) and the Source gives one. An intact file
+        takes the `<lastmod>` the Source now gives (`Mirror.keep_time`)."""
         try:
-            size = os.stat(path).st_size
+            st = os.stat(path)
         except OSError:
             return False
-        if length is not None and size != length:
+        if length is not None and st.st_size != length:
             return False
         opts = self.run.options
+        mirror = self.run.mirror
         if opts.baseline and opts.checksum and res.hashes:
             algos = [a for a in res.hashes if a in ("md5", "sha-1", "sha-256")][:1]
             if algos:
-                got = self.run.mirror.local_digests(uri, algos)
-                return got is not None and got[1].get(algos[0]) == res.hashes[algos[0]]
+                got = mirror.local_digests(uri, algos)
+                if got is None or got[1].get(algos[0]) != res.hashes[algos[0]]:
+                    return False
+        mirror.keep_time(path, res.lastmod, st)
         return True
 
     def extras(self, key: str, plan: Plan) -> None:

@@ -218,6 +218,7 @@ class Transfer:
                             report.not_modified += 1
                             state.clear_failure(uri)
                             keep_links(state, known, res)
+                            mirror.keep_time(str(local), res.lastmod)
                             return False
                         continue  # the Source says otherwise: fetch it unconditionally
                     await self._receive(response, uri, uri, res, key, report, known is None, at)
