@@ -281,3 +281,26 @@ def test_a_copy_kept_as_it_is_takes_the_time_the_source_now_gives(tmp_path: Path
         assert code == 0 and (s["fetched"], s["not_modified"]) == (0, 2), summary
         assert (copies["times"] / "b.txt").stat().st_mtime == 1_009_843_200
         assert (copies["times"] / "a.txt").stat().st_mtime == 1_000_000_000
+
+
+def test_a_copy_edited_here_is_not_taken_for_intact_by_its_size(tmp_path: Path) -> None:
+    """A change the Source lists that ends where the copy's bytes were (edited, then edited
+    back): the copy is kept if it is still what was fetched. One edited here to the same size
+    used to pass for it (its size was all that was looked at) and the run said ok over it;
+    its time, not the Source's, now has its digest checked, and it is fetched again."""
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, {"a.txt": b"alpha", "b.txt": b"beta"}) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        (dest / "a.txt").write_bytes(b"ALPHA")  # the same size, another time
+        edited = (dest / "a.txt").stat().st_mtime - 3600
+        os.utime(dest / "a.txt", (edited, edited))
+        for body in (b"alph2", b"alpha"):
+            (src.data / "a.txt").write_bytes(body)
+            src.publish()
+        code, summary = cli_json("sync", src.root, dest, "--dry-run")
+        assert set_report(summary)["would"]["updated"] == [src.root + "a.txt"], summary
+        code, summary = cli_json("sync", src.root, dest)
+        s = set_report(summary)
+        assert code == 0 and (s["mode"], s["fetched"]) == ("incremental", 1), summary
+        assert (dest / "a.txt").read_bytes() == b"alpha"
+        assert cli("audit", src.root, dest).exit_code == 0

@@ -77,6 +77,8 @@ STATE_DIR_NAME = ".resourcesync"
 #: The file name a URI ending in "/" maps to.
 INDEX_NAME = "index.html"
 
+#: Seconds within which two modification times are the same (FAT keeps 2-second times).
+MODIFY_WINDOW = 2.0
 MAX_NAME_BYTES = 255
 MAX_PATH_BYTES = 4096
 CHUNK = 1 << 20
@@ -657,20 +659,26 @@ class Mirror:
             self, uri, path, root, length=length, hashes=hashes, mtime=mtime if self.times else None
         )
 
+    @staticmethod
+    def same_time(st: os.stat_result, mtime: datetime | None) -> bool:
+        """Whether a file's modification time is `mtime` (None: any time is), within the
+        2 seconds of the coarsest file systems' clocks (FAT), as rsync's --modify-window."""
+        return mtime is None or abs(st.st_mtime - mtime.timestamp()) < MODIFY_WINDOW
+
     def keep_time(
         self, location: str, mtime: datetime | None, st: os.stat_result | None = None
     ) -> None:
-        """A copy kept as it is (its content is what the Source lists) takes the time the
-        Source now gives it, as rsync's and rclone's do when only the time changed: with
-        `times`, not in a dry run; `st`, the file's stat when the caller has it. Best effort."""
+        """A copy kept as it is (its content checked against what the Source lists) takes
+        the time the Source now gives it, as rsync's and rclone's do when only the time
+        changed: with `times`, not in a dry run; `st`, the file's stat when the caller has
+        it. Best effort."""
         if not self.times or self.dry_run or mtime is None:
             return
-        t = mtime.timestamp()
         with contextlib.suppress(OSError):
             if st is None:
                 st = os.stat(location)
-            # To the microsecond: what `<lastmod>` can say.
-            if abs(st.st_mtime_ns - round(t * 1e9)) >= 1000:
+            if not self.same_time(st, mtime):
+                t = mtime.timestamp()
                 os.utime(location, (t, t))
 
     def _make_parents(self, location: str, root: _Root, uri: str) -> None:

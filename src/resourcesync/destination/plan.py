@@ -27,7 +27,7 @@ from .discover import SetInfo
 from .mirror import UnsafePath
 from .options import Run
 from .report import SetReport
-from .state import Cursor, keep_links, links_column, path_key
+from .state import Cursor, Known, keep_links, links_column, path_key
 
 __all__ = ["Plan", "Planner", "change_entries", "expect", "lists_covering", "same"]
 
@@ -362,7 +362,7 @@ class Planner:
         if (
             known is not None
             and same(known.hashes, known.length, res)
-            and self._intact(uri, path, known.length, res)
+            and self._intact(uri, path, known, res)
         ):
             report.unchanged += 1
             if not self.run.options.dry_run:
@@ -390,25 +390,31 @@ class Planner:
         )
         return False
 
-    def _intact(self, uri: str, path: str, length: int | None, res: Resource) -> bool:
+    def _intact(self, uri: str, path: str, known: Known, res: Resource) -> bool:
         """Whether the local file is still what we wrote: its size always; its digest too
-        when a baseline was asked for (a repair run) and the Source gives one. An intact file
-        takes the `<lastmod>` the Source now gives (`Mirror.keep_time`)."""
+        when a baseline was asked for (a repair run) and the Source gives one, or when the
+        file's time is not the Source's `<lastmod>` (with `--times`: touched or edited here,
+        or the Source gave it a new time). An intact file takes the Source's time
+        (`Mirror.keep_time`); one whose digest differs is not intact (fetched again)."""
         try:
             st = os.stat(path)
         except OSError:
             return False
-        if length is not None and st.st_size != length:
+        if known.length is not None and st.st_size != known.length:
             return False
         opts = self.run.options
         mirror = self.run.mirror
-        if opts.baseline and opts.checksum and res.hashes:
-            algos = [a for a in res.hashes if a in ("md5", "sha-1", "sha-256")][:1]
-            if algos:
-                got = mirror.local_digests(uri, algos)
-                if got is None or got[1].get(algos[0]) != res.hashes[algos[0]]:
-                    return False
-        mirror.keep_time(path, res.lastmod, st)
+        retime = mirror.times and not mirror.same_time(st, res.lastmod)
+        want = res.hashes if opts.baseline and opts.checksum and res.hashes else {}
+        if retime and not want:
+            want = res.hashes or known.hashes
+        algos = [a for a in want if a in ("md5", "sha-1", "sha-256")][:1]
+        if algos:
+            got = mirror.local_digests(uri, algos)
+            if got is None or got[1].get(algos[0]) != want[algos[0]]:
+                return False
+        if retime and (algos or not want):
+            mirror.keep_time(path, res.lastmod, st)
         return True
 
     def extras(self, key: str, plan: Plan) -> None:
@@ -507,7 +513,7 @@ class Planner:
             known = state.known(uri)
             if known is not None and same(known.hashes, known.length, res):
                 try:
-                    if self._intact(uri, mirror.location(uri), known.length, res):
+                    if self._intact(uri, mirror.location(uri), known, res):
                         plan.keep(uri)
                         report.unchanged += 1
                         if not self.run.options.dry_run:
