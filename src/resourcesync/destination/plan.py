@@ -407,7 +407,8 @@ class Planner:
         retime = mirror.times and not mirror.same_time(st, res.lastmod)
         want = res.hashes if opts.baseline and opts.checksum and res.hashes else {}
         if retime and not want:
-            want = res.hashes or known.hashes
+            # Ours and the Source's agree where both are given (`same`): any one will do.
+            want = {**known.hashes, **res.hashes}
         algos = [a for a in want if a in ("md5", "sha-1", "sha-256")][:1]
         if algos:
             got = mirror.local_digests(uri, algos)
