@@ -414,7 +414,7 @@ class Planner:
             got = mirror.local_digests(uri, algos)
             if got is None or got[1].get(algos[0]) != want[algos[0]]:
                 return False
-        if retime and (algos or not want):
+        if retime and algos:  # a time is given back only to a copy checked
             mirror.keep_time(path, res.lastmod, st)
         return True
 
