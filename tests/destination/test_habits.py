@@ -49,9 +49,9 @@ def test_dry_run_lists_what_it_would_do_and_agrees_with_itself(tmp_path: Path) -
         assert s["would"]["pending"] == [src.root + "a.txt"]
         result = cli("sync", src.root, dest, "--dry-run", "--delete")
         lines = result.stdout.splitlines()
-        assert f"+ would created {src.root}new.txt → new.txt" in lines
-        assert f"* would updated {src.root}b.txt → b.txt" in lines
-        assert f"- would deleted {src.root}a.txt" in lines
+        assert f"+ would create {src.root}new.txt → new.txt" in lines
+        assert f"* would update {src.root}b.txt → b.txt" in lines
+        assert f"- would delete {src.root}a.txt" in lines
         assert tree(dest) == before
         # The real run does what the dry run said.
         result = cli("sync", src.root, dest, "--delete", "-v")

@@ -116,6 +116,10 @@ def _observe(state: CopyState) -> dict[str, Any]:
         "owner": {k: _owner_key(state, k) for k in {path_key(u[19:]) for u in URIS}},
         "uris": {s: list(state.uris(s)) for s in SETS},
         "all": [(k.uri, k.path, k.length, k.hashes, k.etag, k.links) for k in state.all_known()],
+        "held": {
+            s: [(k.uri, k.path, k.length, k.hashes, lastmod) for k, lastmod in state.held(s)]
+            for s in SETS
+        },
         "count": state.count(),
         "cursor": {s: state.cursor(s) for s in SETS},
         "baseline_at": {s: state.baseline_at(s) for s in SETS},

@@ -265,6 +265,7 @@ def _options(**o: Any) -> SyncOptions:
 
 
 _SIGNS = {"created": "+", "updated": "*", "deleted": "-", "pending": "?"}
+_WOULD = {"created": "would create", "updated": "would update", "deleted": "would delete"}
 
 
 def _action_line(action: Action, *, dry_run: bool) -> str:
@@ -272,7 +273,7 @@ def _action_line(action: Action, *, dry_run: bool) -> str:
     `? pending URI` (a deletion kept for --delete); `would …` in a dry run."""
     from ..iri import display_iri
 
-    verb = f"would {action.kind}" if dry_run and action.kind != "pending" else action.kind
+    verb = _WOULD.get(action.kind, action.kind) if dry_run else action.kind
     if action.kind == "pending":
         verb = "deletion pending (--delete)"
     line = f"{_SIGNS.get(action.kind, ' ')} {verb} {display_iri(action.uri)}"
@@ -329,6 +330,8 @@ def _set_line(s: SetReport, dry_run: bool) -> str:
         line += f", {s.refused} refused"
     if s.excluded:
         line += f", {s.excluded} excluded"
+    if s.changed_here:
+        line += f", {s.changed_here} changed here"
     return line
 
 
@@ -368,6 +371,7 @@ def _sync_summary(report: SyncReport) -> str:
             "failed",
             "refused",
             "excluded",
+            "changed_here",
             "bytes",
         )
     }
@@ -386,8 +390,11 @@ def _sync_summary(report: SyncReport) -> str:
         ("failed", "failed"),
         ("refused", "refused"),
         ("excluded", "excluded"),
+        ("changed_here", "changed here (fetched again)"),
     ):
         if total[key] and not (report.dry_run and key == "pending_deletes"):
+            if report.dry_run and key == "changed_here":
+                label = "changed here (to fetch again)"
             counts.append((total[key], label))
     return summary_line(
         "sync",

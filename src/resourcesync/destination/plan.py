@@ -362,7 +362,7 @@ class Planner:
         if (
             known is not None
             and same(known.hashes, known.length, res)
-            and self._intact(uri, path, known, res)
+            and self.intact(uri, path, known, res)
         ):
             report.unchanged += 1
             if not self.run.options.dry_run:
@@ -390,7 +390,7 @@ class Planner:
         )
         return False
 
-    def _intact(self, uri: str, path: str, known: Known, res: Resource) -> bool:
+    def intact(self, uri: str, path: str, known: Known, res: Resource) -> bool:
         """Whether the local file is still what we wrote: its size always; its digest too
         when a baseline was asked for (a repair run) and the Source gives one, or when the
         file's time is not the Source's `<lastmod>` (with `--times`: touched or edited here,
@@ -514,7 +514,7 @@ class Planner:
             known = state.known(uri)
             if known is not None and same(known.hashes, known.length, res):
                 try:
-                    if self._intact(uri, mirror.location(uri), known, res):
+                    if self.intact(uri, mirror.location(uri), known, res):
                         plan.keep(uri)
                         report.unchanged += 1
                         if not self.run.options.dry_run:

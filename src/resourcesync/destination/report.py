@@ -50,6 +50,9 @@ class SetReport:
     refused: int = 0
     #: Left out by --include/--exclude (neither fetched nor deleted).
     excluded: int = 0
+    #: Files of the copy found deleted, replaced or edited here since it wrote them (an
+    #: incremental run looks at each): fetched again.
+    changed_here: int = 0
     bytes: int = 0
     changes: int = 0
     gap: str | None = None

@@ -169,6 +169,7 @@ class CopyState(Protocol):
     def forget(self, uri: str) -> None: ...
     def uris(self, set_key: str) -> Iterator[str]: ...
     def all_known(self) -> Iterator[Known]: ...
+    def held(self, set_key: str) -> Iterator[tuple[Known, datetime | None]]: ...
     def count(self) -> int: ...
     def cursor(self, set_key: str) -> Cursor | None: ...
     def baseline_at(self, set_key: str) -> datetime | None: ...
@@ -301,6 +302,19 @@ class DestinationState:
             yield Known(
                 row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], links_of(row[6])
             )
+
+    def held(self, set_key: str) -> Iterator[tuple[Known, datetime | None]]:
+        """What the copy holds of a set, each with the `<lastmod>` it was recorded with (the
+        time a file was given with `--times`), in URI order."""
+        for row in self.db.execute(
+            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod "
+            "FROM resources WHERE set_key = ? ORDER BY uri",
+            (set_key,),
+        ):
+            known = Known(
+                row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], links_of(row[6])
+            )
+            yield known, parse_w3c(row[7]) if row[7] else None
 
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM resources").fetchone()[0])

@@ -40,6 +40,7 @@ from .dumps import (
     fill_from_dumps,
     resource_packages,
 )
+from .held import check_held
 from .lock import CopyLock
 from .mirror import Mapping, Mirror
 from .options import Progress, Run, SyncOptions, scoped
@@ -154,7 +155,9 @@ class _Syncer:
         else:
             report.mode = "incremental"
             baseline_at = None
-            self._seed(plan, key)
+            # What earlier runs left to do, then what changed here, then what the Source
+            # lists: a later plan for the same URI replaces an earlier one.
+            check_held(self.planner, plan, key, report, self._seed(plan, key))
             new_cursor = self._plan_increment(s, key, plan, report, cursor)
             if report.gap is not None:
                 return report
@@ -234,12 +237,15 @@ class _Syncer:
         if new_cursor is not None:
             report.cursor = format_w3c(new_cursor.datetime)
 
-    def _seed(self, plan: Plan, key: str) -> None:
+    def _seed(self, plan: Plan, key: str) -> set[str]:
         """Start an incremental plan with what earlier runs left to do — failed fetches and
         pending deletions — so that any later change to the same URI, planned after, replaces
-        it: the final state per URI wins over a remembered failure (issue 10.7)."""
+        it: the final state per URI wins over a remembered failure (issue 10.7). Returns the
+        URIs planned."""
         taken = self.planner.taken
+        seeded: set[str] = set()
         for uri, expected, _ in self.state.failures(key):
+            seeded.add(uri)
             if not taken(uri):
                 continue
             plan.add(
@@ -250,8 +256,10 @@ class _Syncer:
                 ),
             )
         for uri in self.state.pending_deletes(key):
+            seeded.add(uri)
             if taken(uri):
                 plan.add(uri, "delete")
+        return seeded
 
     def apply_changes(self, s: SetInfo, entries: Iterable[Resource]) -> SetReport:
         """Apply a batch of changes (a change notification's entries) with the same engine and

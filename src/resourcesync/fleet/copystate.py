@@ -282,6 +282,16 @@ class StoreCopyState:
         ):
             yield Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]))
 
+    def held(self, set_key: str) -> Iterator[tuple[Known, datetime | None]]:
+        for r in self._paged(
+            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod FROM "
+            "fleet_copy_resource WHERE copy_name = ? AND set_key = ? AND uri > ? "
+            "ORDER BY uri LIMIT ?",
+            (self.name, set_key),
+        ):
+            known = Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]))
+            yield known, parse_w3c(r[7]) if r[7] else None
+
     def count(self) -> int:
         rows = self._q("SELECT count(*) FROM fleet_copy_resource WHERE copy_name = ?", (self.name,))
         return int(rows[0][0])
