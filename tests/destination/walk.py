@@ -67,6 +67,8 @@ class DestinationWalk(Walk):
         return got
 
     def sync(self) -> None:
+        if self.rng.random() < 0.3:
+            self.tamper()
         if self.rng.random() < 0.25:
             self.sync_killed()
         truth = self.truth()
@@ -82,8 +84,34 @@ class DestinationWalk(Walk):
         assert checked.ok == same, ("audit disagrees with the truth", _diff(copy, truth))
         self.counts["audit-in-sync" if same else "audit-differs"] += 1
         if self.settled:
-            assert report.ok and copy == self.files(), "the Destination did not converge"
+            files = self.files()
+            assert report.ok and copy == files, (
+                "the Destination did not converge",
+                _diff(copy, files),
+                report.to_json(),
+            )
             self.counts["sync-converged"] += 1
+
+    def tamper(self) -> None:
+        """Change one file of the copy here, not at the Source: deleted, or touched (its time
+        changed, not its bytes): what no Change List tells the next sync. (A file edited here
+        is kept when the Source then deletes it, by design (issue 17.10), which convergence
+        does not allow: edits are tested in test_changed_here.py.)"""
+        held = sorted(
+            p
+            for p in self.dest.rglob("*")
+            if p.is_file() and ".resourcesync" not in p.parts and not p.name.endswith(".part")
+        )
+        if not held:
+            return
+        path = self.rng.choice(held)
+        if self.rng.random() < 0.5:
+            path.unlink()
+            self.counts["tampered-deleted"] += 1
+        else:
+            later = path.stat().st_mtime + 3600  # beyond the 2 s a time may differ by (FAT)
+            os.utime(path, (later, later))
+            self.counts["tampered-touched"] += 1
 
     def sync_killed(self, soon: bool = False) -> None:
         """`resourcesync sync` in a subprocess, SIGKILLed at a random moment of its run

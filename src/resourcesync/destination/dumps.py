@@ -220,6 +220,7 @@ def _taken(run: Run, res: Resource, outcome: Written, key: str, report: SetRepor
         key,
         res.links,
     )
+    run.mirror.recorded()
     report.link(res.loc, res.links)
 
 

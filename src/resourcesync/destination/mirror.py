@@ -85,6 +85,8 @@ CHUNK = 1 << 20
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
+#: The journal of files put in place and not yet recorded, in the state directory.
+JOURNAL_NAME = "written"
 # Our temporary files: "." + name + "." + 8 random hex digits + ".part".
 _TEMP_RE = re.compile(r"\..+\.[0-9a-f]{8}\.part\Z", re.DOTALL)
 _TEMP_OVERHEAD = len("..12345678.part")
@@ -311,6 +313,8 @@ class Mirror:
         #: Whether a file written gets the time it is given (`incoming(mtime=…)`: the
         #: Source's `<lastmod>`) as its modification time.
         self.times = times
+        #: The journal of files put in place and not yet recorded (`open_journal`).
+        self._journal: int | None = None
         by_prefix: dict[str, _Root] = {}
         for mapping in mappings:
             directory = Path(os.path.abspath(self.dest / mapping.directory))
@@ -828,6 +832,71 @@ class Mirror:
                                 os.unlink(os.path.join(dirpath, name))
         return count
 
+    # -- files put in place and not yet recorded -------------------------------------------
+    #
+    # A transfer records what it wrote in batches, after the files are in place: a run killed
+    # in between left files the state did not know. Fetched again by the next run while the
+    # Source lists them, they were harmless; one the Source deleted meanwhile stayed for good
+    # (a deletion of a file this copy never recorded is refused, issue 17.10) under an ok.
+    # So each file is named in a journal (its md5 and place, one `write`) before its rename,
+    # and the journal is emptied once its files are recorded; the run after a killed one
+    # removes the files the journal names that the state does not hold, when they are still
+    # the bytes written (the Source's; fetched again if it still lists them).
+
+    def open_journal(self) -> None:
+        """Name every file put in place from now on in DEST/.resourcesync/written."""
+        if self.dry_run or self._journal is not None:
+            return
+        self._journal = os.open(
+            self.state_dir / JOURNAL_NAME,
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
+            0o666,
+        )
+
+    def recorded(self) -> None:
+        """The files named so far are recorded in the state: the journal starts again."""
+        if self._journal is not None:
+            os.ftruncate(self._journal, 0)
+
+    def close_journal(self) -> None:
+        if self._journal is not None:
+            fd, self._journal = self._journal, None
+            os.close(fd)
+
+    def _journal_write(self, md5: str, location: str) -> None:
+        if self._journal is not None:
+            os.write(self._journal, f"{md5} {location}\n".encode("utf-8", "surrogateescape"))
+
+    def remove_unrecorded(self, recorded: abc.Callable[[str], str | None]) -> int:
+        """After a run that did not finish: remove the files its journal names that are still
+        the bytes it wrote and that the state does not record as such (`recorded(stored
+        path)`: the md5 the state holds for that place, None when it holds nothing there);
+        return how many. They are the Source's bytes: fetched again while it lists them. A
+        file changed since is kept. The journal is emptied."""
+        path = self.state_dir / JOURNAL_NAME
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return 0
+        removed = 0
+        for line in data.split(b"\n"):
+            md5, _, location = line.decode("utf-8", "surrogateescape").partition(" ")
+            if not location or recorded(self.stored(location)) == md5:
+                continue
+            try:
+                st = os.lstat(location)
+                if not stat.S_ISREG(st.st_mode) or hash_file(location)[1]["md5"] != md5:
+                    continue  # changed since: not what the run wrote, kept
+                if not self.dry_run:
+                    os.unlink(location)
+                removed += 1
+            except OSError:
+                continue
+        if not self.dry_run:
+            with open(path, "wb"):
+                pass
+        return removed
+
     # -- dump packages ----------------------------------------------------------------------
 
     def extract(
@@ -1053,6 +1122,7 @@ class Incoming:
                     except ResourceSyncError:
                         self.abort()  # the old file stays, not backed up: nothing replaced
                         raise
+                self._mirror._journal_write(got["md5"], self.location)
                 os.replace(self.tmp, self.location)
             except OSError as exc:
                 self.abort()

@@ -46,7 +46,7 @@ from .mirror import Mapping, Mirror
 from .options import Progress, Run, SyncOptions, scoped
 from .plan import Plan, Planner
 from .report import AuditReport, Problem, SetReport, SyncReport
-from .state import CopyState, Cursor, DestinationState
+from .state import CopyState, Cursor, DestinationState, path_key
 from .transfer import Transfer
 
 __all__ = [
@@ -99,7 +99,15 @@ class _Syncer:
             state_path = Path(self._scratch) / STATE_FILE
         try:
             self.state: CopyState = (options.state or DestinationState)(state_path)
+            if not options.dry_run:
+                # Files a run that died put in place and never recorded (see Mirror.open_journal),
+                # then the journal of this one's.
+                mirror.remove_unrecorded(self._recorded_md5)
+                mirror.open_journal()
         except BaseException:
+            mirror.close_journal()
+            if hasattr(self, "state"):
+                self.state.close()
             self._lock.release()
             raise
         self.mirror = mirror
@@ -107,8 +115,15 @@ class _Syncer:
         self.run = Run(options, mirror, self.state, make_client(options.http), progress, bandwidth)
         self.planner = Planner(self.run)
 
+    def _recorded_md5(self, stored: str) -> str | None:
+        """The md5 the state records for the file at a (stored) local path, if any."""
+        owner = self.state.owner(path_key(stored))
+        known = self.state.known(owner) if owner is not None else None
+        return None if known is None else known.hashes.get("md5")
+
     def close(self) -> None:
         try:
+            self.mirror.close_journal()
             self.run.client.close()
             self.state.close()
             if self._scratch is not None:

@@ -343,6 +343,7 @@ class Transfer:
     def flush_records(self) -> None:
         records, self._records = self._records, []
         self.run.state.record_many(records)
+        self.run.mirror.recorded()
 
     def delete_all(self, plan: Plan, key: str, report: SetReport) -> None:
         """Apply the planned deletions (with --delete), else keep them as pending.
@@ -378,11 +379,18 @@ class Transfer:
                 self._tell("pending", uri)
                 continue
             try:
-                why_not = self._not_ours(uri)
+                why_not, held = self._not_ours(uri)
                 if why_not is not None:
                     report.refused += 1
                     report.problem(uri, why_not)
-                    if not opts.dry_run:
+                    if opts.dry_run:
+                        continue
+                    if held:
+                        # Still a deletion to make: every run with --delete says so (not ok)
+                        # until the file is gone or what this copy wrote again. Forgotten, the
+                        # next run said ok over the file the Source no longer lists.
+                        state.pend_delete(uri, res.change_time, key)
+                    else:
                         state.forget(uri)
                     continue
                 removed = mirror.delete(uri)
@@ -410,18 +418,23 @@ class Transfer:
             # What this run would leave pending, not what the state held before it.
             report.pending_deletes = pending
 
-    def _not_ours(self, uri: str) -> str | None:
-        """Why the file at `uri`'s path must not be deleted, or None when it may be."""
+    def _not_ours(self, uri: str) -> tuple[str | None, bool]:
+        """Why the file at `uri`'s path must not be deleted (None when it may be), and
+        whether the copy holds `uri`."""
         mirror, state = self.run.mirror, self.run.state
         path = mirror.path_for(uri)
         if not os.path.lexists(path):
-            return None
+            return None, False
         known = state.known(uri)
         if known is None:
-            return f"not deleted: this copy never held {uri}; the file {path} is kept"
+            return f"not deleted: this copy never held {uri}; the file {path} is kept", False
         if not self._verified_copy(uri, path, known.length, known.hashes):
-            return f"not deleted: {path} was changed since this sync wrote it; kept"
-        return None
+            return (
+                f"not deleted: {path} was changed since this sync wrote it; kept (said by "
+                "every run with --delete until it is removed or restored)",
+                True,
+            )
+        return None, True
 
     def remember_refused(self, plan: Plan, key: str) -> None:
         """URIs refused while planning are kept as failures: the next run tries them again
