@@ -135,3 +135,44 @@ def test_left_out_pending_and_no_times(tmp_path: Path) -> None:
         s = set_report(summary)
         assert code == 0 and (s["fetched"], s["changed_here"]) == (1, 1), summary
         assert (dest / "a.txt").read_bytes() == b"alpha"
+
+
+def test_repair_finds_the_files_put_here_and_delete_removes_them(tmp_path: Path) -> None:
+    """Files of DEST that no URI of the Source maps to and the copy does not hold: `audit`
+    calls them extra and says `--repair --delete` repairs; that run left them in place (only
+    URIs the copy held were looked at), and audit kept saying NOT in sync."""
+    dest, backups = tmp_path / "dest", tmp_path / "backups"
+    with published_source(tmp_path, {"a.txt": b"alpha", "sub/b.txt": b"bravo"}) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        (dest / "extra.txt").write_bytes(b"put here")
+        (dest / "sub" / "more").mkdir()
+        (dest / "sub" / "more" / "junk.txt").write_bytes(b"junk")
+        (dest / "notes.log").write_bytes(b"left out")
+        assert cli("audit", src.root, dest, "--exclude", "*.log").exit_code == 1
+
+        code, summary = cli_json("sync", src.root, dest, "--repair", "--exclude", "*.log")
+        s = set_report(summary)
+        assert code == 0 and (s["mode"], s["strays"], s["deleted"]) == ("baseline", 2, 0)
+        assert (dest / "extra.txt").exists()
+
+        code, summary = cli_json("sync", src.root, dest, "--repair", "--delete", "--dry-run")
+        s = set_report(summary)
+        assert s["mode"] == "baseline", summary  # a dry run of a baseline plans a baseline
+        assert sorted(s["would"]["deleted"]) == sorted(
+            f"file {dest.resolve() / p}" for p in ("extra.txt", "notes.log", "sub/more/junk.txt")
+        )
+        assert (dest / "extra.txt").exists()
+
+        limited = ("--repair", "--delete", "--max-delete", "1", "--exclude", "*.log")
+        code, summary = cli_json("sync", src.root, dest, *limited)
+        assert code == 1 and (dest / "extra.txt").exists(), summary  # 2 > 1: none deleted
+
+        args = ("--repair", "--delete", "--backup-dir", backups, "--exclude", "*.log")
+        code, summary = cli_json("sync", src.root, dest, *args)
+        s = set_report(summary)
+        assert code == 0 and s["deleted"] == 2, summary
+        assert not (dest / "extra.txt").exists() and not (dest / "sub" / "more").exists()
+        assert (backups / "extra.txt").read_bytes() == b"put here"
+        assert (backups / "sub" / "more" / "junk.txt").read_bytes() == b"junk"
+        assert (dest / "notes.log").exists() and (dest / "sub" / "b.txt").exists()
+        assert cli("audit", src.root, dest, "--exclude", "*.log").exit_code == 0

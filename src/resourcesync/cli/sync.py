@@ -243,6 +243,7 @@ def _options(**o: Any) -> SyncOptions:
         delete=bool(o.get("delete")),
         dry_run=bool(o.get("dry_run")),
         baseline=bool(o.get("baseline") or o.get("repair")),
+        repair=bool(o.get("repair")),
         via=o.get("via") or "auto",
         transfers=o.get("transfers", 8),
         per_host=o.get("per_host", 4),
@@ -332,6 +333,8 @@ def _set_line(s: SetReport, dry_run: bool) -> str:
         line += f", {s.excluded} excluded"
     if s.changed_here:
         line += f", {s.changed_here} changed here"
+    if s.strays:
+        line += f", {s.strays} not from the Source kept (use --delete)"
     return line
 
 
@@ -372,6 +375,7 @@ def _sync_summary(report: SyncReport) -> str:
             "refused",
             "excluded",
             "changed_here",
+            "strays",
             "bytes",
         )
     }
@@ -391,6 +395,7 @@ def _sync_summary(report: SyncReport) -> str:
         ("refused", "refused"),
         ("excluded", "excluded"),
         ("changed_here", "changed here (fetched again)"),
+        ("strays", "files not from the Source kept (--delete)"),
     ):
         if total[key] and not (report.dry_run and key == "pending_deletes"):
             if report.dry_run and key == "changed_here":
@@ -468,8 +473,9 @@ class _ProgressDisplay:
     "--repair",
     is_flag=True,
     help="Make the copy what the Source lists again: a baseline that checks every file held "
-    "against the Source's digests and fetches what is missing or different (with --delete, "
-    "also removes what the Source no longer lists). What `audit` finds, this repairs.",
+    "against the Source's digests and fetches what is missing or different, and reports the "
+    "files in DEST that no URI of the Source maps to (with --delete, removes them and what "
+    "the Source no longer lists). What `audit` finds, this repairs.",
 )
 @click.option(
     "--via",

@@ -8,7 +8,6 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -128,7 +127,8 @@ def audit(
                 report.note("different", uri)
         # Files in DEST that no URI of the Source accounts for (put there by hand, or left by
         # another tool): extra too, named by their local path.
-        for path in _local_files(mirror.dest, mirror.state_dir):
+        for text in mirror.files():
+            path = Path(text)
             if db.execute("SELECT 1 FROM accounted WHERE path = ?", (str(path),)).fetchone():
                 continue
             if flt and flt.excluded(path.relative_to(mirror.dest).as_posix()):
@@ -137,19 +137,6 @@ def audit(
             report.note("extra", f"file {path}")
     report.seconds = time.monotonic() - started
     return report
-
-
-def _local_files(root: Path, state_dir: Path) -> Iterator[Path]:
-    """Regular files under root, the state folder and our temporary files left out."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        if Path(dirpath) == root:
-            dirnames[:] = [d for d in dirnames if root / d != state_dir]
-        for name in filenames:
-            if name.startswith(".") and name.endswith(".part"):
-                continue
-            path = Path(dirpath) / name
-            if path.is_file():
-                yield path
 
 
 def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any) -> None:

@@ -720,34 +720,54 @@ class Mirror:
         up to its mapping directory. False when there is nothing to remove. In a dry run nothing
         is removed; the answer says whether something would be."""
         location, root = self._locate(uri)
-        path = Path(location)
+        return self._remove(Path(location), root.directory, uri)
+
+    def files(self) -> Iterator[str]:
+        """Every file under DEST (links to files included), the state directory and our
+        temporary files left out: what `audit` and `sync --repair` compare with the Source."""
+        state = self._state_str
+        for dirpath, dirnames, filenames in os.walk(self._dest_str):
+            dirnames[:] = [d for d in dirnames if not _is_within(os.path.join(dirpath, d), state)]
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                if not _TEMP_RE.match(name) and os.path.isfile(path):
+                    yield path
+
+    def remove_stray(self, path: str) -> bool:
+        """Remove a file of DEST that no URI the Source lists maps to and that the copy does
+        not hold (`sync --repair --delete`), as `delete` removes a resource's."""
+        if not _is_within(path, self._dest_str) or _is_within(path, self._state_str):
+            raise UnsafePath(f"{path} is not a file of the copy")
+        return self._remove(Path(path), self.dest, path)
+
+    def _remove(self, path: Path, top: Path, source: str) -> bool:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             return False
         except OSError as exc:
             raise ResourceSyncError(
-                f"cannot delete {path}: {exc.strerror or exc}", source=uri
+                f"cannot delete {path}: {exc.strerror or exc}", source=source
             ) from None
         if stat.S_ISDIR(st.st_mode):  # pragma: no cover - _locate refuses directories
-            raise UnsafePath(f"{path} is a directory", source=uri)
+            raise UnsafePath(f"{path} is a directory", source=source)
         if self.dry_run:
             return True
         try:
             if self.backup_dir is not None:
-                self.backup(path, uri, move=True)
+                self.backup(path, source, move=True)
             else:
                 os.unlink(path)
         except FileNotFoundError:
             return False
         except OSError as exc:
             raise ResourceSyncError(
-                f"cannot delete {path}: {exc.strerror or exc}", source=uri
+                f"cannot delete {path}: {exc.strerror or exc}", source=source
             ) from None
         if self.fsync:
             fsync_dir(path.parent)
         current = path.parent
-        while current != root.directory and _is_within(str(current), str(root.directory)):
+        while current != top and _is_within(str(current), str(top)):
             try:
                 os.rmdir(current)
             except OSError:

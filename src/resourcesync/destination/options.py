@@ -31,6 +31,9 @@ class SyncOptions:
     delete: bool = False
     dry_run: bool = False
     baseline: bool = False
+    #: A baseline that also finds the files of DEST no URI the Source lists maps to and the
+    #: copy does not hold (removed with `delete`, else reported): `sync --repair`.
+    repair: bool = False
     via: str = "auto"
     transfers: int = 8
     per_host: int = 4

@@ -55,6 +55,7 @@ class Plan:
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS strays (path TEXT PRIMARY KEY)")
         self.batch: list[tuple[Any, ...]] = []
         #: The claims while they are few (None once they have moved to the `claims` table).
         self._claims: dict[str, str] | None = {}
@@ -64,7 +65,7 @@ class Plan:
         """Start again: nothing planned, seen or claimed."""
         self.batch.clear()
         self._claims = {}
-        for table in ("plan", "seen", "claims"):
+        for table in ("plan", "seen", "claims", "strays"):
             self.db.execute(f"DELETE FROM {table}")
 
     def add(
@@ -141,6 +142,20 @@ class Plan:
             return None
         row = self.db.execute("SELECT uri FROM claims WHERE key = ?", (key,)).fetchone()
         return None if row is None or row[0] == uri else str(row[0])
+
+    def claimed(self, key: str) -> bool:
+        """Whether a URI of this run has claimed the local path of `path_key` `key`."""
+        if self._claims is not None:
+            return key in self._claims
+        return self.db.execute("SELECT 1 FROM claims WHERE key = ?", (key,)).fetchone() is not None
+
+    def stray(self, path: str) -> None:
+        """A file of DEST that no URI of the Source maps to and the copy does not hold."""
+        self.db.execute("INSERT OR IGNORE INTO strays (path) VALUES (?)", (path,))
+
+    def strays(self) -> Iterator[str]:
+        for (path,) in self.db.execute("SELECT path FROM strays ORDER BY path").fetchall():
+            yield path
 
     def seen(self, uris: list[str]) -> None:
         self.db.executemany("INSERT OR IGNORE INTO seen (uri) VALUES (?)", [(u,) for u in uris])
@@ -336,6 +351,8 @@ class Planner:
             )
         else:
             self.extras(key, plan)
+            if self.run.options.repair:
+                self.find_strays(plan)
         return at
 
     def fetch_unless_held(self, res: Resource, plan: Plan, report: SetReport) -> None:
@@ -425,6 +442,21 @@ class Planner:
         for uri in self.run.state.unseen(key):
             if self.taken(uri):
                 plan.add(uri, "delete")
+
+    def find_strays(self, plan: Plan) -> None:
+        """The files of DEST (`--include`/`--exclude` applied) that no URI the Source lists
+        maps to and the copy does not hold: put there by hand or by another tool. `audit`
+        calls them extra; `sync --repair --delete` removes them."""
+        mirror, state = self.run.mirror, self.run.state
+        flt = self._filter
+        for path in mirror.files():
+            stored = mirror.stored(path)
+            key = path_key(stored)
+            if plan.claimed(key) or state.owner(key) is not None:
+                continue
+            if flt and flt.excluded(os.path.relpath(path, mirror.dest).replace(os.sep, "/")):
+                continue
+            plan.stray(path)
 
     # -- incremental ---------------------------------------------------------------------------
 

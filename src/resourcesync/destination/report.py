@@ -53,6 +53,9 @@ class SetReport:
     #: Files of the copy found deleted, replaced or edited here since it wrote them (an
     #: incremental run looks at each): fetched again.
     changed_here: int = 0
+    #: With --repair and without --delete: files of DEST that no URI the Source lists maps to
+    #: and the copy does not hold, kept.
+    strays: int = 0
     bytes: int = 0
     changes: int = 0
     gap: str | None = None

@@ -137,7 +137,8 @@ class _Syncer:
         state = self.state
         if self.options.baseline and not self.options.dry_run:
             state.reset(key)
-        cursor = state.cursor(key)
+        # A dry run of a baseline leaves the cursor where it is, and plans the baseline.
+        cursor = None if self.options.baseline else state.cursor(key)
         if self.options.since is not None:
             # An incremental run from the time the user gives, whatever the copy's own
             # cursor says (resync's --from): the copy is taken to be the Source as of then.

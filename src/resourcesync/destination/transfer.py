@@ -356,6 +356,7 @@ class Transfer:
         delete = opts.delete
         if delete and opts.max_delete is not None:
             planned = sum(1 for uri, _ in plan.rows("delete") if state.known(uri) is not None)
+            planned += sum(1 for _ in plan.strays())
             if planned > opts.max_delete:
                 delete = False
                 report.incomplete = (
@@ -414,9 +415,34 @@ class Transfer:
                 self._tell("deleted", uri)
             if not opts.dry_run:
                 state.forget(uri)
+        self._remove_strays(plan, report, delete)
         if opts.dry_run:
             # What this run would leave pending, not what the state held before it.
             report.pending_deletes = pending
+
+    def _remove_strays(self, plan: Plan, report: SetReport, delete: bool) -> None:
+        """`--repair`: the files of DEST no URI of the Source maps to and the copy does not
+        hold are removed with --delete (backed up with --backup-dir), else reported."""
+        mirror = self.run.mirror
+        for path in plan.strays():
+            if not delete:
+                report.strays += 1
+                report.problem(
+                    f"file {path}", "not from the Source (kept; --repair --delete removes it)"
+                )
+                continue
+            try:
+                removed = mirror.remove_stray(path)
+            except ResourceSyncError as exc:
+                report.failed += 1
+                report.problem(f"file {path}", exc.message)
+                continue
+            if removed:
+                report.deleted += 1
+                if self.run.options.dry_run:
+                    report.list_would("deleted", f"file {path}")
+                if self.run.options.on_action is not None:
+                    self.run.options.on_action(Action("deleted", f"file {path}"))
 
     def _not_ours(self, uri: str) -> tuple[str | None, bool]:
         """Why the file at `uri`'s path must not be deleted (None when it may be), and
