@@ -31,6 +31,7 @@ from resourcesync.destination.sync import SyncOptions, sync
 from resourcesync.fleet.copystate import IMPORTED_SUFFIX, StoreCopyState
 from resourcesync.fleet.store import SQLiteStore, SQLStore
 from resourcesync.model import Link
+from resourcesync.w3cdt import parse_w3c
 from tests.destination.helpers import published_source, tree
 
 # The Destination's tests, collected here again (each runs on both backends).
@@ -116,10 +117,7 @@ def _observe(state: CopyState) -> dict[str, Any]:
         "owner": {k: _owner_key(state, k) for k in {path_key(u[19:]) for u in URIS}},
         "uris": {s: list(state.uris(s)) for s in SETS},
         "all": [(k.uri, k.path, k.length, k.hashes, k.etag, k.links) for k in state.all_known()],
-        "held": {
-            s: [(k.uri, k.path, k.length, k.hashes, lastmod) for k, lastmod in state.held(s)]
-            for s in SETS
-        },
+        "held": {s: [_held(*row) for row in state.held(s)] for s in SETS},
         "count": state.count(),
         "cursor": {s: state.cursor(s) for s in SETS},
         "baseline_at": {s: state.baseline_at(s) for s in SETS},
@@ -129,6 +127,18 @@ def _observe(state: CopyState) -> dict[str, Any]:
         "undated": {u: state.undated_sig(u) for u in URIS},
         "meta": {k: state.get(k) for k in ("running", "note")},
     }
+
+
+def _held(
+    uri: str, path: str, length: int | None, lastmod: str | None, stamp: float | None
+) -> tuple[Any, ...]:
+    """A held row, its timestamp checked against its text (to the millisecond: SQLite's
+    julianday is a double)."""
+    if lastmod is None:
+        assert stamp is None
+    else:
+        assert stamp is not None and abs(stamp - parse_w3c(lastmod).timestamp()) < 1e-3
+    return uri, path, length, lastmod
 
 
 def _owner_key(state: CopyState, key: str) -> str | None:

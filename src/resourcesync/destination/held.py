@@ -19,7 +19,8 @@ from collections.abc import Collection
 
 from ..jsonable import link_from_json
 from ..model import Resource
-from .mirror import UnsafePath
+from ..w3cdt import parse_w3c
+from .mirror import MODIFY_WINDOW, UnsafePath
 from .plan import Plan, Planner
 from .report import SetReport
 
@@ -38,53 +39,73 @@ def check_held(
     run = planner.run
     mirror, state = run.mirror, run.state
     times = mirror.times
-    same_time = mirror.same_time
-    for known, lastmod in state.held(key):
-        uri = known.uri
-        if uri in skip or not planner.taken(uri):
+    dest = str(mirror.dest)
+    join, lstat = os.path.join, os.lstat
+    window = MODIFY_WINDOW
+    taken = planner.taken if run.options.filter else None
+    for uri, stored, length, lastmod, stamp in state.held(key):
+        if uri in skip or (taken is not None and not taken(uri)):
             continue
         why = None
         try:
-            path = mirror.mapped(uri)
-            st = os.lstat(path)
-        except UnsafePath:
-            why = "it no longer maps to a place in the copy"
+            # Where this copy wrote it (as recorded: relative to DEST, or absolute).
+            st = lstat(join(dest, stored))
         except OSError:
             why = "missing"
         else:
             mode = st.st_mode & _S_IFMT
             if mode != stat.S_IFREG and mode != stat.S_IFLNK:
                 why = "replaced by something that is not a file"
-            elif known.length is not None and mode == stat.S_IFREG and st.st_size != known.length:
+            elif length is not None and mode == stat.S_IFREG and st.st_size != length:
                 why = "its size changed"
-            elif mode == stat.S_IFLNK or (times and not same_time(st, lastmod)):
-                # The slow path, as a baseline takes it: the place checked (a link must not
-                # lead out of the copy), then the digest when the time is not the Source's.
-                res = Resource(loc=uri, length=known.length, hashes=known.hashes, lastmod=lastmod)
-                try:
-                    intact = planner.intact(uri, mirror.location(uri), known, res)
-                except UnsafePath:
-                    intact = False
-                if not intact:
-                    why = "its content changed"
-        if why is None:
-            continue
-        report.changed_here += 1
-        again = "would be fetched again" if run.options.dry_run else "fetched again"
-        report.problem(uri, f"warning: changed here ({why}) since this copy wrote it: {again}")
-        res = Resource(
-            loc=uri,
-            length=known.length,
-            hashes=known.hashes,
-            lastmod=lastmod,
-            links=[link_from_json(d) for d in known.links],
-        )
-        try:
-            # Where it goes, checked as a baseline's plan checks it (a directory or a link
-            # out of the copy in its place is refused, in a dry run too).
-            mirror.location(uri)
-        except UnsafePath as exc:
-            report.refuse(uri, exc)
-            plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
-            continue
-        plan.add(uri, "fetch", res, held=True)
+            elif (
+                mode == stat.S_IFLNK
+                or (times and stamp is not None and abs(st.st_mtime - stamp) >= window)
+            ) and not _intact(planner, uri, length, lastmod):
+                why = "its content changed"
+        if why is not None:
+            _fetch_again(planner, plan, report, uri, lastmod, why)
+
+
+def _intact(planner: Planner, uri: str, length: int | None, lastmod: str | None) -> bool:
+    """The slow path, as a baseline takes it: the place checked (a link must not lead out of
+    the copy), then the digest when the time is not the Source's (an intact file takes its
+    time back)."""
+    known = planner.run.state.known(uri)
+    if known is None:
+        return True  # no longer held: nothing to look at
+    when = parse_w3c(lastmod) if lastmod else None
+    res = Resource(loc=uri, length=length, hashes=known.hashes, lastmod=when)
+    try:
+        return planner.intact(uri, planner.run.mirror.location(uri), known, res)
+    except UnsafePath:
+        return False
+
+
+def _fetch_again(
+    planner: Planner, plan: Plan, report: SetReport, uri: str, lastmod: str | None, why: str
+) -> None:
+    """Plan a file changed here to be fetched again, as the Source described it then."""
+    run = planner.run
+    known = run.state.known(uri)
+    if known is None:
+        return
+    report.changed_here += 1
+    again = "would be fetched again" if run.options.dry_run else "fetched again"
+    report.problem(uri, f"warning: changed here ({why}) since this copy wrote it: {again}")
+    res = Resource(
+        loc=uri,
+        length=known.length,
+        hashes=known.hashes,
+        lastmod=parse_w3c(lastmod) if lastmod else None,
+        links=[link_from_json(d) for d in known.links],
+    )
+    try:
+        # Where it goes, checked as a baseline's plan checks it (a directory or a link out
+        # of the copy in its place is refused, in a dry run too).
+        run.mirror.location(uri)
+    except UnsafePath as exc:
+        report.refuse(uri, exc)
+        plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
+        return
+    plan.add(uri, "fetch", res, held=True)

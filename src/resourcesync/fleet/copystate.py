@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..destination.state import (
     Cursor,
     DestinationState,
+    Held,
     Known,
     links_column,
     links_of,
@@ -282,15 +283,13 @@ class StoreCopyState:
         ):
             yield Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]))
 
-    def held(self, set_key: str) -> Iterator[tuple[Known, datetime | None]]:
-        for r in self._paged(
-            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod FROM "
-            "fleet_copy_resource WHERE copy_name = ? AND set_key = ? AND uri > ? "
-            "ORDER BY uri LIMIT ?",
+    def held(self, set_key: str) -> Iterator[Held]:
+        for uri, path, length, lastmod in self._paged(
+            "SELECT uri, path, length, lastmod FROM fleet_copy_resource WHERE copy_name = ? "
+            "AND set_key = ? AND uri > ? ORDER BY uri LIMIT ?",
             (self.name, set_key),
         ):
-            known = Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]))
-            yield known, parse_w3c(r[7]) if r[7] else None
+            yield uri, path, length, lastmod, parse_w3c(lastmod).timestamp() if lastmod else None
 
     def count(self) -> int:
         rows = self._q("SELECT count(*) FROM fleet_copy_resource WHERE copy_name = ?", (self.name,))
