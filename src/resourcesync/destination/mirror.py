@@ -886,6 +886,10 @@ class Mirror:
     def _journal_write(self, md5: str, location: str) -> None:
         if self._journal is not None:
             os.write(self._journal, f"{md5} {location}\n".encode("utf-8", "surrogateescape"))
+            if self.fsync:
+                # On the disk before the rename is: a power cut must not keep the file and
+                # lose its line.
+                os.fsync(self._journal)
 
     def remove_unrecorded(self, recorded: abc.Callable[[str], str | None]) -> int:
         """After a run that did not finish: remove the files its journal names that are still
