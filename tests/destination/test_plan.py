@@ -100,3 +100,14 @@ def test_the_host_a_transfer_counts_is_urlsplits_netloc(uri: str) -> None:
     except ValueError:
         assume(False)
     assert host_key(uri) == netloc.lower()
+
+
+def test_strays_come_back_every_one_in_order_past_a_page() -> None:
+    plan = Plan(sqlite3.connect(":memory:"))
+    paths = [f"/dest/d{i % 7}/f{i:05d}.txt" for i in range(2_503)]
+    for p in reversed(paths):
+        plan.stray(p)
+    plan.stray(paths[0])  # found twice: once
+    assert list(plan.strays()) == sorted(paths)
+    plan.reset()
+    assert list(plan.strays()) == []

@@ -154,8 +154,17 @@ class Plan:
         self.db.execute("INSERT OR IGNORE INTO strays (path) VALUES (?)", (path,))
 
     def strays(self) -> Iterator[str]:
-        for (path,) in self.db.execute("SELECT path FROM strays ORDER BY path").fetchall():
-            yield path
+        """The strays found, in order, a page at a time (flat memory)."""
+        last = ""
+        while True:
+            page = self.db.execute(
+                "SELECT path FROM strays WHERE path > ? ORDER BY path LIMIT 1000", (last,)
+            ).fetchall()
+            for (path,) in page:
+                yield path
+            if len(page) < 1000:
+                return
+            last = page[-1][0]
 
     def seen(self, uris: list[str]) -> None:
         self.db.executemany("INSERT OR IGNORE INTO seen (uri) VALUES (?)", [(u,) for u in uris])
