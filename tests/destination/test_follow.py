@@ -421,3 +421,49 @@ def test_following_survives_a_hub_restart(tmp_path: Path) -> None:
             publish(config)  # nothing new: the kept notification goes out now
             wait_for(lambda: _read(dest / "files" / "a.txt") == "a2", timeout=15)
             follower.finish()
+
+
+def test_a_follower_hearing_notifications_still_looks_at_its_copy(tmp_path: Path) -> None:
+    """Notifications tell only what changed at the Source: a file deleted from the copy while
+    they keep coming used to stay missing until the follower was restarted (every
+    notification put the catch-up off). A sync runs every `check_interval` whatever."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("first")
+    (data / "b.txt").write_text("kept")
+    site_port = free_port()
+    site = f"http://127.0.0.1:{site_port}/"
+    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub:
+        config = PublishConfig(
+            out=tmp_path / "out",
+            sets=[SetConfig("set1", data, site + "files/", hub=hub)],
+            docs_url=site,
+        )
+        publish(config)
+        dest = tmp_path / "copy"
+        options = SyncOptions(
+            delete=True, http=HttpOptions(timeout=5, retry=RetryPolicy(retries=1, backoff=0.05))
+        )
+        with serve_on(create_app(tmp_path / "out"), site_port):
+            follower = Follower(site, dest, options, lease=60, check_interval=3.0)
+            follower.subscribed()
+            # A first notification applied: the next ones follow it (no catch-up needed).
+            (data / "a.txt").write_text("changed 0")
+            publish(config)
+            wait_for(lambda: (dest / "files" / "a.txt").read_text() == "changed 0")
+            follower.wait_event("applied")
+            caught_up = len(follower.details("caught-up"))
+            (dest / "files" / "b.txt").unlink()  # changed here, not at the Source
+            deadline = time.monotonic() + 15
+            round_ = 0
+            while not (dest / "files" / "b.txt").exists():
+                assert time.monotonic() < deadline, follower.kinds()
+                round_ += 1
+                (data / "a.txt").write_text(f"changed {round_}")
+                publish(config)
+                wait_for(lambda r=round_: (dest / "files" / "a.txt").read_text() == f"changed {r}")
+                time.sleep(0.3)
+            assert (dest / "files" / "b.txt").read_text() == "kept"
+            follower.finish()
+    later = follower.details("caught-up")[caught_up:]
+    assert any(s.changed_here for r in later for s in r.sets), follower.kinds()

@@ -536,6 +536,15 @@ class _ProgressDisplay:
     help="With --follow: catch up from the Change List after this much silence.",
 )
 @click.option(
+    "--check-interval",
+    type=click.FloatRange(min=1),
+    default=3600.0,
+    show_default=True,
+    help="With --follow: an incremental sync, which also looks at every file of the copy, at "
+    "least this often however many notifications arrive (they tell only what changed at the "
+    "Source).",
+)
+@click.option(
     "--verify-timeout",
     type=click.FloatRange(min=0.1),
     default=15.0,
@@ -579,6 +588,7 @@ def sync(
     callback_url: str | None,
     lease: int,
     poll_interval: float,
+    check_interval: float,
     verify_timeout: float,
     duration: float | None,
     verbose: bool,
@@ -627,7 +637,7 @@ def sync(
             listen,
             callback_url,
             lease,
-            poll_interval,
+            (poll_interval, check_interval),
             duration,
             verify_timeout,
         )
@@ -647,7 +657,7 @@ def _sync(
     listen: str,
     callback_url: str | None,
     lease: int,
-    poll_interval: float,
+    intervals: tuple[float, float],
     duration: float | None,
     verify_timeout: float,
 ) -> None:
@@ -662,7 +672,7 @@ def _sync(
             listen,
             callback_url,
             lease,
-            poll_interval,
+            intervals,
             duration,
             verify_timeout,
             log,
@@ -719,11 +729,12 @@ def _follow(
     listen: str,
     callback_url: str | None,
     lease: int,
-    poll_interval: float,
+    intervals: tuple[float, float],
     duration: float | None,
     verify_timeout: float = 15.0,
     log: _LogFile | None = None,
 ) -> None:
+    """`intervals`: the poll and check intervals (`FollowOptions`)."""
     import signal
     import threading
 
@@ -760,7 +771,8 @@ def _follow(
             listen=listen,
             callback_url=callback_url,
             lease_seconds=lease,
-            poll_interval=poll_interval,
+            poll_interval=intervals[0],
+            check_interval=intervals[1],
             duration=duration,
             verify_timeout=verify_timeout,
         ),

@@ -21,6 +21,9 @@ What keeps the copy whole:
   List) is acted on at once: the Source is read again and the copy caught up.
 - A Source that cannot be reached is retried with backoff; nothing is applied past a gap that
   could not be caught up.
+- Notifications tell what changed at the Source, not what changed in the copy: at least every
+  `check_interval`, however many notifications arrive, the copy is caught up by a sync, which
+  also looks at each file it holds (`held.py`).
 
 Every outage and recovery is reported as an event (`hub-unavailable`, `subscribed`, `renewed`,
 `denied`, `source-unavailable`, `caught-up`) to the log and to `--json`.
@@ -58,6 +61,9 @@ class FollowOptions:
     poll_interval: float = 300.0
     #: Catch up this often while a subscription is down (a hub outage).
     outage_poll_interval: float = 60.0
+    #: An incremental sync at least this often however many notifications arrive: they tell
+    #: what changed at the Source, and only a sync looks at the copy's own files.
+    check_interval: float = 3600.0
     #: Stop after this many seconds (None: until stopped).
     duration: float | None = None
     #: How long to wait for the hub to verify a subscription request before trying again.
@@ -126,6 +132,8 @@ class _Follower:
         self.report = report
         self.backoff = RetryPolicy(backoff=fo.retry_backoff, max_backoff=fo.max_backoff)
         self.last_synced = time.monotonic()
+        #: When the last catch-up (a sync) ran: notifications do not move it.
+        self.last_caught_up = self.last_synced
         #: When a catch-up is due (None: only when the poll interval says so).
         self.catch_up_at: float | None = None
         self.source_failures = 0
@@ -144,11 +152,14 @@ class _Follower:
             interval = self.fo.poll_interval
             if self.subscriber.degraded():
                 interval = min(interval, self.fo.outage_poll_interval)
-            due = self.last_synced + interval
+            due = min(self.last_synced + interval, self.last_caught_up + self.fo.check_interval)
             if self.catch_up_at is not None:
                 due = min(due, self.catch_up_at)
             if now >= due:
-                polled = self.catch_up_at is None or now < self.catch_up_at
+                # Polled after silence (not a retry, not the periodic look at the copy).
+                polled = (self.catch_up_at is None or now < self.catch_up_at) and (
+                    now >= self.last_synced + interval
+                )
                 if self.catch_up() and polled and self._found_changes():
                     # Silence, yet the Change List had news: the hub may have lost the
                     # subscription (a hub restarted without its database). Ask again now
@@ -166,6 +177,7 @@ class _Follower:
         """An incremental sync from the Change List; False (and a retry scheduled) when the
         Source could not be read."""
         now = time.monotonic()
+        self.last_caught_up = now
         try:
             result = sync(self.source, self.dest, self.options)
         except _OUTAGE as exc:
