@@ -7,6 +7,7 @@ import socket
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -90,11 +91,13 @@ class Follower:
         assert not self.thread.is_alive()
 
 
-def test_a_followed_change_arrives(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def published_site(tmp_path: Path, files: dict[str, str]) -> Iterator[tuple[Path, Any, str]]:
+    """FILES published (set1, notifying a hub of ours) and served: (data, config, site)."""
     data = tmp_path / "data"
     data.mkdir()
-    (data / "a.txt").write_text("first")
-    (data / "gone.txt").write_text("to be deleted")
+    for name, text in files.items():
+        (data / name).write_text(text)
     site_port = free_port()
     site = f"http://127.0.0.1:{site_port}/"
     with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub:
@@ -104,25 +107,34 @@ def test_a_followed_change_arrives(tmp_path: Path) -> None:
             docs_url=site,
         )
         publish(config)
-        dest = tmp_path / "copy"
-        options = SyncOptions(
-            delete=True, http=HttpOptions(timeout=5, retry=RetryPolicy(retries=1, backoff=0.05))
-        )
         with serve_on(create_app(tmp_path / "out"), site_port):
-            follower = Follower(site, dest, options, lease=60)
-            follower.subscribed()
-            assert (dest / "files" / "a.txt").read_text() == "first"
-            latencies = []
-            for round_ in range(3):
-                (data / "a.txt").write_text(f"changed {round_}")
-                started = time.monotonic()
-                publish(config)
-                wait_for(lambda r=round_: (dest / "files" / "a.txt").read_text() == f"changed {r}")
-                latencies.append(time.monotonic() - started)
-            (data / "gone.txt").unlink()
+            yield data, config, site
+
+
+def _options() -> SyncOptions:
+    return SyncOptions(
+        delete=True, http=HttpOptions(timeout=5, retry=RetryPolicy(retries=1, backoff=0.05))
+    )
+
+
+def test_a_followed_change_arrives(tmp_path: Path) -> None:
+    files = {"a.txt": "first", "gone.txt": "to be deleted"}
+    with published_site(tmp_path, files) as (data, config, site):
+        dest = tmp_path / "copy"
+        follower = Follower(site, dest, _options(), lease=60)
+        follower.subscribed()
+        assert (dest / "files" / "a.txt").read_text() == "first"
+        latencies = []
+        for round_ in range(3):
+            (data / "a.txt").write_text(f"changed {round_}")
+            started = time.monotonic()
             publish(config)
-            wait_for(lambda: not (dest / "files" / "gone.txt").exists())
-            follower.finish()
+            wait_for(lambda r=round_: (dest / "files" / "a.txt").read_text() == f"changed {r}")
+            latencies.append(time.monotonic() - started)
+        (data / "gone.txt").unlink()
+        publish(config)
+        wait_for(lambda: not (dest / "files" / "gone.txt").exists())
+        follower.finish()
     kinds = follower.kinds()
     assert kinds[0] == "synced" and "subscribed" in kinds and "applied" in kinds
     assert kinds[-1] == "unsubscribed"
@@ -427,43 +439,28 @@ def test_a_follower_hearing_notifications_still_looks_at_its_copy(tmp_path: Path
     """Notifications tell only what changed at the Source: a file deleted from the copy while
     they keep coming used to stay missing until the follower was restarted (every
     notification put the catch-up off). A sync runs every `check_interval` whatever."""
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "a.txt").write_text("first")
-    (data / "b.txt").write_text("kept")
-    site_port = free_port()
-    site = f"http://127.0.0.1:{site_port}/"
-    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub:
-        config = PublishConfig(
-            out=tmp_path / "out",
-            sets=[SetConfig("set1", data, site + "files/", hub=hub)],
-            docs_url=site,
-        )
-        publish(config)
+    files = {"a.txt": "first", "b.txt": "kept"}
+    with published_site(tmp_path, files) as (data, config, site):
         dest = tmp_path / "copy"
-        options = SyncOptions(
-            delete=True, http=HttpOptions(timeout=5, retry=RetryPolicy(retries=1, backoff=0.05))
-        )
-        with serve_on(create_app(tmp_path / "out"), site_port):
-            follower = Follower(site, dest, options, lease=60, check_interval=3.0)
-            follower.subscribed()
-            # A first notification applied: the next ones follow it (no catch-up needed).
-            (data / "a.txt").write_text("changed 0")
+        follower = Follower(site, dest, _options(), lease=60, check_interval=3.0)
+        follower.subscribed()
+        # A first notification applied: the next ones follow it (no catch-up needed).
+        (data / "a.txt").write_text("changed 0")
+        publish(config)
+        wait_for(lambda: (dest / "files" / "a.txt").read_text() == "changed 0")
+        follower.wait_event("applied")
+        caught_up = len(follower.details("caught-up"))
+        (dest / "files" / "b.txt").unlink()  # changed here, not at the Source
+        deadline = time.monotonic() + 15
+        round_ = 0
+        while not (dest / "files" / "b.txt").exists():
+            assert time.monotonic() < deadline, follower.kinds()
+            round_ += 1
+            (data / "a.txt").write_text(f"changed {round_}")
             publish(config)
-            wait_for(lambda: (dest / "files" / "a.txt").read_text() == "changed 0")
-            follower.wait_event("applied")
-            caught_up = len(follower.details("caught-up"))
-            (dest / "files" / "b.txt").unlink()  # changed here, not at the Source
-            deadline = time.monotonic() + 15
-            round_ = 0
-            while not (dest / "files" / "b.txt").exists():
-                assert time.monotonic() < deadline, follower.kinds()
-                round_ += 1
-                (data / "a.txt").write_text(f"changed {round_}")
-                publish(config)
-                wait_for(lambda r=round_: (dest / "files" / "a.txt").read_text() == f"changed {r}")
-                time.sleep(0.3)
-            assert (dest / "files" / "b.txt").read_text() == "kept"
-            follower.finish()
+            wait_for(lambda r=round_: (dest / "files" / "a.txt").read_text() == f"changed {r}")
+            time.sleep(0.3)
+        assert (dest / "files" / "b.txt").read_text() == "kept"
+        follower.finish()
     later = follower.details("caught-up")[caught_up:]
     assert any(s.changed_here for r in later for s in r.sets), follower.kinds()
