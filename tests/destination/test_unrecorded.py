@@ -7,6 +7,7 @@ one that died now removes the files its journal names that the state does not ho
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +102,31 @@ def test_a_new_version_written_and_not_recorded_is_not_kept_for_the_old(tmp_path
         assert result.exit_code == 0, result.output
         assert (dest / "a.txt").read_bytes() == b"alpha"
         assert cli("audit", src.root, dest).exit_code == 0
+
+
+def test_the_journal_never_leads_a_removal_out_of_the_copy(tmp_path: Path) -> None:
+    """Whoever can write DEST can edit the journal: a line naming a file outside the copy
+    (directly, through `..`, through a link in DEST, or in the state folder) removes
+    nothing, even with the file's own md5."""
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, {"a.txt": b"alpha"}) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        victim = outside / "precious.txt"
+        victim.write_bytes(b"precious")
+        (dest / "link").symlink_to(outside)
+        state = dest.resolve() / ".resourcesync"
+        (state / "keep.txt").write_bytes(b"precious")
+        md5 = hashlib.md5(b"precious").hexdigest()
+        lines = [
+            f"{md5} {victim}",
+            f"{md5} {dest.resolve()}/../outside/precious.txt",
+            f"{md5} {dest.resolve()}/link/precious.txt",
+            f"{md5} {state}/keep.txt",
+        ]
+        (state / "written").write_text("\n".join(lines) + "\n")
+        assert cli("sync", src.root, dest).exit_code == 0
+        assert victim.read_bytes() == b"precious"
+        assert (state / "keep.txt").read_bytes() == b"precious"
+        assert (state / "written").read_bytes() == b""

@@ -903,9 +903,19 @@ class Mirror:
         except FileNotFoundError:
             return 0
         removed = 0
+        tops = [os.path.realpath(t) for t in [*(r.directory for r in self._roots), self.dest]]
         for line in data.split(b"\n"):
             md5, _, location = line.decode("utf-8", "surrogateescape").partition(" ")
             if not location or recorded(self.stored(location)) == md5:
+                continue
+            # Only a place this copy writes to: the journal is a file whoever can write DEST
+            # can edit, and must not lead a removal out of the copy (a link on the way, `..`).
+            parent = os.path.realpath(os.path.dirname(location))
+            if (
+                os.path.normpath(location) != location
+                or not any(_is_within(parent, top) for top in tops)
+                or _is_within(parent, self._state_real)
+            ):
                 continue
             try:
                 st = os.lstat(location)
