@@ -902,6 +902,8 @@ class Mirror:
             data = path.read_bytes()
         except FileNotFoundError:
             return 0
+        if not data:
+            return 0  # the last run recorded everything it put in place: nothing to write
         removed = 0
         tops = [os.path.realpath(t) for t in [*(r.directory for r in self._roots), self.dest]]
         for line in data.split(b"\n"):
