@@ -24,6 +24,23 @@ def read_head(sock: socket.socket) -> bytes | None:
     return data.split(b"\r\n\r\n")[0]
 
 
+def tls_files(directory: Any) -> tuple[str, str, str]:
+    """A throw-away CA and a certificate it issued for 127.0.0.1, as files in `directory`:
+    (certificate chain, private key, the CA's certificate) for `serve(tls=...)` and
+    SSL_CERT_FILE."""
+    import trustme
+
+    ca = trustme.CA()
+    chain, key, ca_file = (str(directory / name) for name in ("chain.pem", "key.pem", "ca.pem"))
+    issued = ca.issue_cert("127.0.0.1")
+    issued.cert_chain_pems[0].write_to_path(chain)
+    for pem in issued.cert_chain_pems[1:]:
+        pem.write_to_path(chain, append=True)
+    issued.private_key_pem.write_to_path(key)
+    ca.cert_pem.write_to_path(ca_file)
+    return chain, key, ca_file
+
+
 @contextlib.contextmanager
 def serve(
     app: Any, host: str = "127.0.0.1", *, tls: tuple[str, str] | None = None

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-import trustme
 from starlette.responses import Response
 
 from resourcesync.errors import FetchError
@@ -30,7 +29,7 @@ from resourcesync.http import (
     tls,
 )
 from resourcesync.http.transfer import TransferSession, run_loop
-from tests.servers import read_head, serve
+from tests.servers import read_head, serve, tls_files
 
 NO_RETRY = RetryPolicy(retries=0)
 
@@ -249,18 +248,11 @@ def test_tls_is_verified_with_the_one_context(
     """The transfer client and the document client trust the same certificates (the one TLS
     context: certifi, or SSL_CERT_FILE): a server whose CA is not trusted is refused by both,
     and trusted by both once SSL_CERT_FILE names its CA."""
-    ca = trustme.CA()
-    chain, key, ca_file = tmp_path / "chain.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
-    issued = ca.issue_cert("127.0.0.1")
-    issued.cert_chain_pems[0].write_to_path(str(chain))
-    for pem in issued.cert_chain_pems[1:]:
-        pem.write_to_path(str(chain), append=True)
-    issued.private_key_pem.write_to_path(str(key))
-    ca.cert_pem.write_to_path(str(ca_file))
+    chain, key, ca_file = tls_files(tmp_path)
     app = Recorder({"/r": Response(b"secret bytes")})
     options = HttpOptions(retry=NO_RETRY)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    with serve(app, tls=(str(chain), str(key))) as base:
+    with serve(app, tls=(chain, key)) as base:
         assert base.startswith("https://")
         monkeypatch.delenv("SSL_CERT_FILE", raising=False)
         tls.forget()
@@ -271,7 +263,7 @@ def test_tls_is_verified_with_the_one_context(
                 fetch(base + "/r", options)
             with make_client(options) as client, pytest.raises(httpx.ConnectError):
                 client.get(base + "/r")
-            monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+            monkeypatch.setenv("SSL_CERT_FILE", ca_file)
             tls.forget()
             assert fetch(base + "/r", options)[:2] == (200, b"secret bytes")
             with make_client(options) as client:

@@ -124,3 +124,84 @@ assert len(tls.context().get_ca_certs()) == 1
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=30
     )
     assert run.returncode == 0, run.stderr
+
+
+def test_the_program_imports_aiohttp_without_loading_certificates_it_never_uses() -> None:
+    """In the program's process (`resourcesync._program`), aiohttp's two default contexts are
+    made without a CA bundle (100 ms of `sync`'s start-up here): the verified one would refuse
+    every server, and `ssl` is as it was for everything after the import."""
+    program = """
+import ssl
+before = ssl.create_default_context().cert_store_stats()["x509_ca"]
+from resourcesync import _imports
+_imports.enable()
+import resourcesync.http.transfer
+import aiohttp.connector as connector
+assert connector._SSL_CONTEXT_VERIFIED.cert_store_stats()["x509_ca"] == 0
+assert connector._SSL_CONTEXT_VERIFIED.verify_mode == ssl.CERT_REQUIRED
+assert "set_default_verify_paths" not in vars(ssl.SSLContext)
+assert ssl.create_default_context().cert_store_stats()["x509_ca"] == before
+print(before)
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+
+
+def test_the_programs_transfers_verify_with_the_one_context(tmp_path: Path) -> None:
+    """`resourcesync sync` as a user runs it: documents over http, resources over https (the
+    transfers, on aiohttp, with the contexts above made empty). A server whose CA is not
+    trusted is refused, nothing is written in its place; trusted through SSL_CERT_FILE, the
+    copy is made."""
+    from resourcesync.source.config import PublishConfig, SetConfig
+    from resourcesync.source.publish import publish
+    from resourcesync.source.server import create_app
+    from tests.servers import serve, tls_files
+
+    chain, key, ca_file = tls_files(tmp_path)
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    out.mkdir()
+    files = {f"f{i}.txt": f"resource {i}\n" for i in range(5)}
+    for name, text in files.items():
+        (data / name).write_text(text)
+    app = create_app(out)
+    with serve(app, tls=(chain, key)) as secure, serve(app) as plain:
+        publish(
+            PublishConfig(
+                out=out,
+                sets=[SetConfig("set1", data, secure + "/files/")],
+                docs_url=plain + "/",
+            )
+        )
+
+        def sync(dest: Path, **env: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "resourcesync",
+                    "sync",
+                    plain + "/",
+                    str(dest),
+                    "--map",
+                    f"{secure}/files/={dest}",
+                    "--retries",
+                    "0",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={"PATH": "/usr/bin:/bin", **env},
+            )
+
+        refused = sync(tmp_path / "refused")
+        assert refused.returncode == 1, refused.stderr
+        assert "is not trusted" in refused.stderr and "Traceback" not in refused.stderr
+        assert not any((tmp_path / "refused").glob("f*"))
+
+        trusted = sync(tmp_path / "copy", SSL_CERT_FILE=ca_file)
+        assert trusted.returncode == 0, trusted.stderr
+        for name, text in files.items():
+            assert (tmp_path / "copy" / name).read_text() == text

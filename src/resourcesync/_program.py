@@ -16,6 +16,9 @@ INTERRUPTED = 130
 
 def main() -> None:
     try:
+        from . import _imports
+
+        _imports.enable()
         from .cli import run
 
         run()

@@ -30,11 +30,14 @@ from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
-import aiohttp
+from .._imports import importing_aiohttp
+from ..errors import FetchError
+
+with importing_aiohttp():  # in the program, without the default contexts' CA loads
+    import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from ..errors import FetchError
 from . import (
     MAX_REDIRECT_BODY,
     RETRY_STATUS,
