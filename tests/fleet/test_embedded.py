@@ -159,3 +159,59 @@ def test_the_scheduler_keeps_copies_in_step_until_stopped(tmp_path: Path) -> Non
             _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
         assert "s000: ok (baseline)" in err and "s000: ok (incremental)" in err
+
+
+def _slow_files(i: int) -> dict[str, bytes]:
+    return {f"r{k:02d}.txt": f"source {i} resource {k}".encode() for k in range(30)}
+
+
+def test_ctrl_c_lets_the_syncs_in_flight_finish_and_records_them_a_second_stops_them(
+    tmp_path: Path,
+) -> None:
+    """`fleet run --once`, interrupted: the first Ctrl-C starts no more syncs and lets those in
+    flight finish, recorded (before, the process said "interrupted" and then went on syncing
+    them to the end at exit, their outcomes lost); a second one ends the process at once, and
+    the next run resumes those copies."""
+    root = tmp_path / "fleet"
+    hosts = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
+    with many_sources(tmp_path, hosts, delay=0.05, files=_slow_files) as (sites, _):
+        listing = tmp_path / "sources.csv"
+        listing.write_text(csv_of(sites))
+        assert cli("fleet", "import", listing, "--root", root).exit_code == 0
+        argv = [sys.executable, "-m", "resourcesync", "fleet", "run", "--once", "--root"]
+
+        def started(names: list[str]) -> bool:
+            return any(any((root / n).glob("r*.txt")) for n in names)
+
+        proc = subprocess.Popen(
+            [*argv, str(root), "--jobs", "2"], stderr=subprocess.PIPE, text=True
+        )
+        _wait(lambda: started([s.name for s in sites]), "a sync under way")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "stopping: no sync starts" in err
+        assert "interrupted: 2 Sources run (0 not ok), 2 not started" in err
+        s = status(root)
+        ran = [site for site in sites if s[site.name]["ok"]]
+        assert len(ran) == 2 and all(s[x.name]["mode"] == "baseline" for x in ran)
+        assert all(tree(root / x.name) == x.files() for x in ran)
+        rest = [site.name for site in sites if site not in ran]
+        assert all(s[n]["last_run"] is None for n in rest)
+
+        proc = subprocess.Popen(
+            [*argv, str(root), "--jobs", "2"], stderr=subprocess.PIPE, text=True
+        )
+        _wait(lambda: started(rest), "the other syncs under way")
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 130, err
+        assert "stopped now" in err and "Traceback" not in err
+        assert not any(s[n]["ok"] for n, s in [(n, status(root)) for n in rest])
+
+        again = cli("fleet", "run", "--once", "--root", root)
+        assert again.exit_code == 0, again.stderr
+        assert all(tree(root / site.name) == site.files() for site in sites)
+        assert not any(root.rglob("*.part"))

@@ -319,8 +319,9 @@ def run(
 ) -> None:
     """Run each Source's sync when it is due: its first run is a baseline, later ones are
     incremental; a failing Source is retried after a growing wait. Keeps going until stopped
-    (Ctrl-C, SIGTERM: the syncs in flight finish and are recorded first); with --once, runs
-    what is due and exits 0 when every sync succeeded, 1 otherwise.
+    (Ctrl-C, SIGTERM: no sync starts, the syncs in flight finish and are recorded; a second
+    Ctrl-C stops them at once); with --once, runs what is due and exits 0 when every sync
+    succeeded, 1 otherwise, 130 when interrupted.
 
     \b
     Example:
@@ -341,42 +342,51 @@ def run(
     from ..fleet import Backoff, Limits
     from ..fleet.embedded import Embedded
 
-    # Ctrl-C / SIGTERM stop a scheduler cleanly; an embedded --once run is simply interrupted.
-    stop = _stop_on_signals() if broker or not once else None
-    notes = None if once else _notifications(root, db, listen, callback_url, lease, stop)
-    if broker:
-        if not db:
-            fail("--broker needs --db postgresql://… (the store the workers share)")
-            return
-        from ..fleet.cluster import TaskOptions
+    # Ctrl-C / SIGTERM: no sync starts, those in flight finish and are recorded; a second
+    # one ends the process at once (each copy resumes where it stopped, as after a kill).
+    stop, restore = _stop_on_signals()
+    try:
+        notes = None if once else _notifications(root, db, listen, callback_url, lease, stop)
+        if broker:
+            if not db:
+                fail("--broker needs --db postgresql://… (the store the workers share)")
+                return
+            from ..fleet.cluster import TaskOptions
 
-        task = TaskOptions(per_host, requests, timeout, retries, retry_after, max_backoff)
-        try:
-            _cluster(broker, db, root, task, requeue_after, once, all_, stop)
-        finally:
-            _finish(notes, stop)
-        return
-    limits = Limits(jobs=jobs, per_host=per_host, requests=requests)
-    backoff = Backoff(first=retry_after, cap=max_backoff)
-    with _store(root, db) as store:
-        runner = Embedded(
-            store, root, limits, backoff, timeout=timeout, retries=retries, on_outcome=_line
-        )
-        try:
-            if once:
-                rows = store.rows() if all_ else iter(store.due(time.time(), 1 << 62))
-                results = runner.run_once(rows)
-                for name, outcome in results:
-                    if outcome is None:
-                        click.echo(f"{name}: skipped: another run is syncing it", err=True)
-                bad = sum(1 for _, o in results if o is None or not o.ok)
-                click.echo(f"{len(results)} Sources run, {bad} not ok", err=True)
-                sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
-            assert stop is not None
-            runner.run(stop)
-        finally:
-            runner.close()
-            _finish(notes, stop)
+            task = TaskOptions(per_host, requests, timeout, retries, retry_after, max_backoff)
+            try:
+                _cluster(broker, db, root, task, requeue_after, once, all_, stop)
+            finally:
+                _finish(notes, stop)
+            return
+        limits = Limits(jobs=jobs, per_host=per_host, requests=requests)
+        backoff = Backoff(first=retry_after, cap=max_backoff)
+        with _store(root, db) as store:
+            runner = Embedded(
+                store, root, limits, backoff, timeout=timeout, retries=retries, on_outcome=_line
+            )
+            try:
+                if once:
+                    rows = list(store.rows() if all_ else store.due(time.time(), 1 << 62))
+                    results = runner.run_once(rows, stop)
+                    for name, outcome in results:
+                        if outcome is None:
+                            click.echo(f"{name}: skipped: another run is syncing it", err=True)
+                    bad = sum(1 for _, o in results if o is None or not o.ok)
+                    if stop.is_set():
+                        fail(
+                            f"interrupted: {len(results)} Sources run ({bad} not ok), "
+                            f"{len(rows) - len(results)} not started",
+                            130,
+                        )
+                    click.echo(f"{len(results)} Sources run, {bad} not ok", err=True)
+                    sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
+                runner.run(stop)
+            finally:
+                runner.close()
+                _finish(notes, stop)
+    finally:
+        restore()
 
 
 def _notifications(
@@ -425,14 +435,39 @@ def _finish(notes: Any, stop: Any) -> None:
         notes.join(timeout=30)
 
 
-def _stop_on_signals() -> Any:
+def _stop_on_signals() -> tuple[Any, Callable[[], None]]:
+    """An event set by the first Ctrl-C or SIGTERM (the runs stop starting syncs and record
+    those in flight as they finish); the second one ends the process at once, with 130 or 143,
+    as a kill would: every write of a sync is atomic and its journal names what it put in
+    place, so each copy resumes where it stopped (its temporary files are removed then)."""
+    import os
     import signal
     import threading
 
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
+
+    def handler(signum: int, frame: Any) -> None:
+        code = 143 if signum == signal.SIGTERM else 130
+        if stop.is_set():
+            click.echo("resourcesync: stopped now; each copy resumes where it stopped", err=True)
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+        stop.set()
+        click.echo(
+            "resourcesync: stopping: no sync starts, those in flight finish and are recorded "
+            f"({'Ctrl-C' if code == 130 else 'SIGTERM'} again: stop them now)",
+            err=True,
+        )
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, was in previous.items():
+            signal.signal(sig, was)
+
+    return stop, restore
 
 
 def _cluster(
@@ -468,6 +503,9 @@ def _cluster(
             else:
                 bad += 1
                 click.echo(f"{name}: FAILED: {row.error or 'not finished'}", err=True)
+        if stop.is_set():
+            # The tasks queued run on the workers all the same; this run stopped waiting.
+            fail(f"interrupted: {len(tickets)} Sources queued, {bad} not finished or not ok", 130)
         click.echo(f"{len(tickets)} Sources run, {bad} not ok", err=True)
         sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
 

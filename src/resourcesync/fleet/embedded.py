@@ -92,14 +92,21 @@ class Embedded:
             out.append((row, outcome))
         return out
 
-    def run_once(self, rows: Iterable[Row]) -> list[tuple[str, Outcome | None]]:
+    def run_once(
+        self, rows: Iterable[Row], stop: threading.Event | None = None
+    ) -> list[tuple[str, Outcome | None]]:
         """Sync each of `rows` once, within the limits; return (name, outcome) for each (None:
-        another process was syncing it)."""
+        another process was syncing it). Once `stop` is set, no sync starts: those in flight
+        finish and are recorded, and the rows not started are left out of the result."""
         waiting: collections.deque[Row] = collections.deque()
         source: Iterator[Row] = iter(rows)
         results: list[tuple[str, Outcome | None]] = []
         exhausted = False
         while True:
+            if stop is not None and stop.is_set():
+                while self.running:
+                    results.extend((r.name, o) for r, o in self._finish(None))
+                return results
             # Rows held back by their host's limit go first when there is room again.
             held = len(waiting)
             for _ in range(held):
@@ -122,7 +129,8 @@ class Embedded:
                         break  # enough held back: let some finish first
             if not self.running and exhausted and not waiting:
                 return results
-            results.extend((r.name, o) for r, o in self._finish(None))
+            # With a stop to watch, woken now and then to look at it.
+            results.extend((r.name, o) for r, o in self._finish(None if stop is None else TICK))
 
     def run(self, stop: threading.Event) -> None:
         """Run what is due, pass after pass, until `stop` is set; then wait for the syncs in
