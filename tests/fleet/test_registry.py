@@ -39,6 +39,7 @@ def test_add_list_remove(tmp_path: Path) -> None:
     [
         (["http://x/", "--name", "../up"], "name '../up'"),
         (["ftp://x/", "--name", "a"], "source must be an http(s) URL"),
+        (["http://[::1/", "--name", "a"], "a: source is not a valid URL (Invalid IPv6 URL)"),
         (["http://x/", "--name", "a", "--every", "soon"], "not a duration"),
         (["http://x/", "--name", "a", "--header", "nocolon"], "a header is 'Name: value'"),
     ],
@@ -209,3 +210,19 @@ def test_bad_setups_are_one_clear_line(tmp_path: Path, args: list[str], message:
     assert r.exit_code == 2, r.stderr
     assert message in r.stderr and "secret" not in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_copy_that_cannot_be_written_is_that_sources_failure_said_plainly(
+    tmp_path: Path,
+) -> None:
+    """The copy's disk refusing (here its folder under a file): the Source's outcome says
+    which path and why, as `sync` says it (not an OSError's repr)."""
+    from resourcesync.fleet.job import sync_source
+    from tests.fleet.helpers import many_sources
+
+    (tmp_path / "afile").write_text("not a folder")
+    with many_sources(tmp_path, ["127.0.0.2"]) as (sites, _):
+        entry = Entry("a", sites[0].url, dest=str(tmp_path / "afile" / "copy"))
+        outcome = sync_source(entry, tmp_path)
+    assert not outcome.ok
+    assert outcome.error == f"cannot write {tmp_path / 'afile' / 'copy'}: Not a directory"

@@ -111,8 +111,11 @@ def sync_source(
     except ResourceSyncError as exc:
         return Outcome(started, time.monotonic() - t0, False, "", str(exc))
     except OSError as exc:
-        # The copy's disk, not the Source: still one Source's failure, not the fleet's.
-        return Outcome(started, time.monotonic() - t0, False, "", f"{dest}: {exc}")
+        # The copy's disk, not the Source: still one Source's failure, not the fleet's. Said
+        # as `sync` says it: the file, and why.
+        where = exc.filename or dest
+        why = exc.strerror or str(exc)
+        return Outcome(started, time.monotonic() - t0, False, "", f"cannot write {where}: {why}")
     counts: dict[str, Any] = {k: sum(getattr(s, k) for s in report.sets) for k in COUNTS}
     cursors = [s.cursor for s in report.sets if s.cursor]
     return Outcome(

@@ -76,7 +76,12 @@ class Entry:
             raise ValueError(
                 f"name {self.name!r}: use letters, digits, '.', '_' or '-' (it names a folder)"
             )
-        parts = urlsplit(self.source)
+        try:
+            parts = urlsplit(self.source)
+        except ValueError as exc:  # "Invalid IPv6 URL"
+            raise ValueError(
+                f"{self.name}: source is not a valid URL ({exc}): {self.source!r}"
+            ) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{self.name}: source must be an http(s) URL, not {self.source!r}")
         if self.via not in VIAS:
