@@ -189,3 +189,24 @@ def _free(client: object, host: str) -> bool:
 
     with host_slot(client, host, 1, lease=5) as got:
         return got
+
+
+def test_a_database_without_a_fleet_is_an_error_never_an_empty_fleet(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    """As with an embedded root: `fleet status`, `list` and `run` against a database that
+    holds no fleet say so (exit 2) and create nothing; `fleet add` makes the fleet."""
+    import psycopg
+
+    db = postgres.database()
+    for args in (["status"], ["list"], ["run", "--once"]):
+        r = cli("fleet", *args, "--root", tmp_path, "--db", db)
+        assert r.exit_code == 2, r.stderr
+        assert "no fleet in this database" in r.stderr and "Traceback" not in r.stderr
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT to_regclass('fleet_source')").fetchone() == (None,)
+    added = cli(
+        "fleet", "add", "http://127.0.0.2:1/", "--name", "a", "--root", tmp_path, "--db", db
+    )
+    assert added.exit_code == 0, added.stderr
+    assert cli("fleet", "list", "--root", tmp_path, "--db", db).stdout.startswith("a\t")

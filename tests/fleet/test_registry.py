@@ -110,7 +110,7 @@ def test_backoff_doubles_and_is_capped() -> None:
 
 
 def test_one_sync_per_source_across_processes_on_one_root(tmp_path: Path) -> None:
-    one, two = open_store(tmp_path), open_store(tmp_path)
+    one, two = open_store(tmp_path, create=True), open_store(tmp_path)
     with one.lock("a") as got:
         assert got
         with two.lock("a") as again, two.lock("b") as other:
@@ -122,7 +122,7 @@ def test_one_sync_per_source_across_processes_on_one_root(tmp_path: Path) -> Non
 
 
 def test_queued_sources_wait_for_their_task_or_its_loss(tmp_path: Path) -> None:
-    store = open_store(tmp_path)
+    store = open_store(tmp_path, create=True)
     store.add([Entry(n, "http://127.0.0.2:1/") for n in ("a", "b", "c")], now=100.0)
     assert store.enqueue(["a", "b", "gone"], now=200.0) == {"a": 1, "b": 1}
     # Queued Sources are not handed out again until their task reports back…
@@ -141,7 +141,7 @@ def test_queued_sources_wait_for_their_task_or_its_loss(tmp_path: Path) -> None:
 
 
 def test_a_notification_during_a_run_makes_the_source_due_again(tmp_path: Path) -> None:
-    store = open_store(tmp_path)
+    store = open_store(tmp_path, create=True)
     store.add([Entry("a", "http://127.0.0.2:1/", every=3600)], now=100.0)
     store.record("a", Outcome(started=100, seconds=1, ok=True), next_run=3700.0)
     assert store.wake("a", now=200.0) and not store.wake("gone", now=200.0)
@@ -226,3 +226,31 @@ def test_a_copy_that_cannot_be_written_is_that_sources_failure_said_plainly(
         outcome = sync_source(entry, tmp_path)
     assert not outcome.ok
     assert outcome.error == f"cannot write {tmp_path / 'afile' / 'copy'}: Not a directory"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fleet", "status"],
+        ["fleet", "status", "--json"],
+        ["fleet", "list"],
+        ["fleet", "run", "--once"],
+        ["fleet", "run", "--once", "--all"],
+        ["fleet", "remove", "a"],
+    ],
+)
+def test_a_root_without_a_fleet_is_an_error_never_an_empty_fleet(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """A --root given wrong, or a shared filesystem not mounted there, was an empty fleet
+    created on the spot: `fleet run --once` said "0 Sources run, 0 not ok" (exit 0) and
+    `fleet status` was all ok. Only `fleet add` and `fleet import` make a fleet."""
+    root = tmp_path / "mnt" / "harvest"
+    root.mkdir(parents=True)
+    r = cli(*args, "--root", root)
+    assert r.exit_code == 2, r.stderr
+    assert "no fleet here" in r.stderr and "mounted" in r.stderr and str(root) in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not r.stdout
+    assert not any(root.iterdir())  # nothing made
+    assert cli("fleet", "add", "http://127.0.0.2:1/", "--name", "a", "--root", root).exit_code == 0
+    assert cli(*args, "--root", root).exit_code in (0, 1)

@@ -57,10 +57,11 @@ def _where(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def _store(root: Path, db: str | None) -> Iterator[FleetStore]:
+def _store(root: Path, db: str | None, *, create: bool = False) -> Iterator[FleetStore]:
+    """The fleet's store; only registering Sources (`create`) makes one where there is none."""
     from ..fleet import open_store
 
-    store = open_store(root, db)
+    store = open_store(root, db, create=create)
     try:
         yield store
     finally:
@@ -138,7 +139,7 @@ def add(
         entry.check()
     except ValueError as exc:
         fail(str(exc))
-    with _store(root, db) as store:
+    with _store(root, db, create=True) as store:
         store.add([entry], now=time.time(), replace=replace)
     click.echo(f"added {name}: {source} every {every:g} s", err=True)
 
@@ -196,7 +197,7 @@ def import_(file: Path, replace: bool, root: Path, db: str | None) -> None:
     from ..fleet import read_entries
 
     entries = list(read_entries(file))  # all checked before the first is stored
-    with _store(root, db) as store:
+    with _store(root, db, create=True) as store:
         n = store.add(entries, now=time.time(), replace=replace)
     click.echo(f"imported {n} Sources from {file}", err=True)
 
@@ -330,6 +331,8 @@ def run(
     """
     if all_ and not once:
         fail("--all goes with --once")
+    if broker and not db:
+        fail("--broker needs --db postgresql://… (the store the workers share)")
     if status_port is not None:
         from ..fleet.status import serve_status
 
@@ -348,9 +351,7 @@ def run(
     try:
         notes = None if once else _notifications(root, db, listen, callback_url, lease, stop)
         if broker:
-            if not db:
-                fail("--broker needs --db postgresql://… (the store the workers share)")
-                return
+            assert db is not None  # checked above
             from ..fleet.cluster import TaskOptions
 
             task = TaskOptions(per_host, requests, timeout, retries, retry_after, max_backoff)

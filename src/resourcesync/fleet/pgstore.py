@@ -31,9 +31,16 @@ def _redact(url: str) -> str:
 
 
 class PostgresStore(SQLStore):
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
         self.conn = self._connect()
+        if not create and not self._execute("SELECT to_regclass('fleet_source')")[0][0]:
+            self.conn.close()
+            raise FleetError(
+                "no fleet in this database (no table fleet_source): register Sources with "
+                "`resourcesync fleet add --db …` or `fleet import --db …` first",
+                source=_redact(url),
+            )
         with self._transaction():
             # Two processes creating the schema at once would race on the catalog.
             self._execute(

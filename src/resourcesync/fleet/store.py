@@ -359,8 +359,10 @@ class SQLiteStore(SQLStore):
     """The embedded store: one SQLite file; the per-Source lock is an flock on a file beside it
     (so two `fleet run` on one root never sync one Source at once)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, create: bool = True) -> None:
         self.path = path
+        if not create and not path.is_file():
+            raise FleetError(_NO_FLEET, source=str(path.parent.parent))
         # The registry holds the Sources' request headers (credentials): for its owner only.
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.db = sqlite_habits.connect(path, SCHEMA + COPY_SCHEMA, error=FleetError)
@@ -419,12 +421,22 @@ def _nested(db: sqlite3.Connection) -> Iterator[None]:
 FLEET_DIR = ".fleet"
 
 
-def open_store(root: Path, db: str | None = None) -> FleetStore:
-    """The store at `db` (a postgresql:// URL), or the embedded one under `root`."""
+#: What every command but `fleet add` and `fleet import` says where there is no fleet: a root
+#: given wrong, or a shared filesystem not mounted there, is never an empty fleet that
+#: "ran 0 Sources, all ok".
+_NO_FLEET = (
+    f"no fleet here ({FLEET_DIR}/fleet.sqlite): register Sources with `resourcesync fleet add` "
+    "or `fleet import`, or give the fleet's --root (is its filesystem mounted?)"
+)
+
+
+def open_store(root: Path, db: str | None = None, *, create: bool = False) -> FleetStore:
+    """The store at `db` (a postgresql:// URL), or the embedded one under `root`. Without
+    `create` (registering Sources creates it), a store that does not exist yet is an error."""
     if db and db.startswith(("postgresql://", "postgres://")):
         from .pgstore import PostgresStore  # psycopg only when a cluster is used
 
-        return PostgresStore(db)
+        return PostgresStore(db, create=create)
     if db:
         raise FleetError(f"--db must be a postgresql:// URL, not {db!r}")
-    return SQLiteStore(root / FLEET_DIR / "fleet.sqlite")
+    return SQLiteStore(root / FLEET_DIR / "fleet.sqlite", create=create)
