@@ -163,6 +163,8 @@ def test_max_delete_keeps_a_copy_whose_source_suddenly_lists_nothing(tmp_path: P
         assert cli("sync", src.root, dest).exit_code == 0
         for name in files:
             (src.data / name).unlink()
+        # A Source that does publish it (told to, or not resourcesync: ours refuses by default).
+        src.sets[0].allow_empty = True
         src.publish()
         code, summary = cli_json("sync", src.root, dest, "--delete", "--max-delete", "3")
         s = set_report(summary)

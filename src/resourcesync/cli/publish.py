@@ -19,7 +19,9 @@ from ..source.config import (
     parse_size,
 )
 from ._common import (
+    EXIT_FINDINGS,
     emit_json,
+    fail,
     handle_errors,
     plural,
     show_progress,
@@ -137,6 +139,17 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Earlier Resource Dumps kept in the archive.",
         ),
         click.option(
+            "--max-delete",
+            type=click.IntRange(min=0),
+            help="A run that would publish more deletions than this publishes nothing (exit 1).",
+        ),
+        click.option(
+            "--allow-empty",
+            is_flag=True,
+            help="Publish the deletion of every resource when DIR holds no file (refused "
+            "otherwise, exit 1: a filesystem that is not mounted looks the same).",
+        ),
+        click.option(
             "--spec-version",
             type=click.Choice(["1.0", "1.1"]),
             default="1.1",
@@ -186,6 +199,8 @@ def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
             resourcelist_every=o.get("resourcelist_every", DEFAULT_RESOURCELIST_EVERY),
             keep_resourcelists=o.get("keep_resourcelists", 5),
             keep_resourcedumps=o.get("keep_resourcedumps", 2),
+            max_delete=o.get("max_delete"),
+            allow_empty=bool(o.get("allow_empty")),
         )
         return PublishConfig(
             out=o["out"],
@@ -228,19 +243,24 @@ def publish(
       resourcesync publish ./files --base-url https://example.org/files/ --out ./public
     """
     from ..source.publish import publish as run_publish
+    from ..source.state import DeletionsRefused
 
     config = config_from_options(directory, **options)
-    if show_progress() and not as_json and not quiet:
-        # rich only on a terminal: its import is a sixth of a cron re-run's time.
-        with stderr_console().status("scanning…") as status:
+    try:
+        if show_progress() and not as_json and not quiet:
+            # rich only on a terminal: its import is a sixth of a cron re-run's time.
+            with stderr_console().status("scanning…") as status:
 
-            def progress(name: str, n: int) -> None:
-                # n < 0: a phase of the run (writing lists, packaging dumps, notifying).
-                status.update(f"{name}…" if n < 0 else f"scanning {name}: {n:,} files")
+                def progress(name: str, n: int) -> None:
+                    # n < 0: a phase of the run (writing lists, packaging dumps, notifying).
+                    status.update(f"{name}…" if n < 0 else f"scanning {name}: {n:,} files")
 
-            result = run_publish(config, dry_run=dry_run, progress=progress)
-    else:
-        result = run_publish(config, dry_run=dry_run)
+                result = run_publish(config, dry_run=dry_run, progress=progress)
+        else:
+            result = run_publish(config, dry_run=dry_run)
+    except DeletionsRefused as exc:
+        fail(str(exc), EXIT_FINDINGS)
+        return
     if as_json:
         emit_json(result.to_json())
         return

@@ -165,6 +165,12 @@ class SetConfig:
     framework_notification: bool = False
     #: Changes per notification payload (larger batches are split in consecutive payloads).
     notification_max_entries: int = 1000
+    #: A run that would publish more deletions than this publishes nothing (None: no limit).
+    max_delete: int | None = None
+    #: Publish the deletion of every resource when the directory holds none. Refused by
+    #: default: a filesystem that is not mounted looks the same, and every Destination that
+    #: follows the deletions would empty its copy.
+    allow_empty: bool = False
 
     def __post_init__(self) -> None:
         # From Python a path may be a str and a list of names a list (issue 14.15).

@@ -13,6 +13,7 @@ pass it to `publish` for a set (see README, "Inventories").
 
 from __future__ import annotations
 
+import errno
 import functools
 import mimetypes
 import os
@@ -186,6 +187,12 @@ class ScanStats:
     skipped_names: list[str] = field(default_factory=list)
     excluded: int = 0
     unreadable: list[str] = field(default_factory=list)
+    #: What exists but could not be read this time (permissions, an I/O error, a stale NFS
+    #: handle): keys of files, and prefixes ("dir/", "" for the root) of directories. What was
+    #: published of them stays as it was — a directory that cannot be listed is not a
+    #: directory emptied, and publishing its files' deletion would make every Destination
+    #: delete them — and they are looked at again by the next run.
+    unknown: set[str] = field(default_factory=set)
 
 
 class DirectoryInventory:
@@ -297,15 +304,41 @@ class DirectoryInventory:
             # name: the kernel does not walk the directory's path again for every file.
             fd = os.open(directory, _DIRECTORY)
         except OSError as exc:
-            self.stats.unreadable.append(f"{prefix or '.'}: {exc.strerror}")
+            self._unreadable(prefix, exc)
             return None
         try:
             return self._entries(fd, directory, prefix)
         except OSError as exc:
-            self.stats.unreadable.append(f"{prefix or '.'}: {exc.strerror}")
+            self._unreadable(prefix, exc)
             return None
         finally:
             os.close(fd)
+
+    def _unreadable(self, key: str, exc: OSError) -> None:
+        """A file or directory (`key`, a prefix for a directory) that could not be read: said,
+        and unless it is gone, kept as it was published (`ScanStats.unknown`)."""
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return  # gone since it was listed: its deletion is real
+        self.stats.unreadable.append(
+            f"{key.rstrip('/') or '.'}: {exc.strerror}: kept as it was published, looked at "
+            "again next run"
+        )
+        self.stats.unknown.add(key)
+
+    def kept(self, key: str) -> bool:
+        """Whether the file `key` is to stay as it was published: it, or a directory above it,
+        could not be read by this scan."""
+        unknown = self.stats.unknown
+        if not unknown:
+            return False
+        if key in unknown or "" in unknown:
+            return True
+        end = key.find("/")
+        while end != -1:
+            if key[: end + 1] in unknown:
+                return True
+            end = key.find("/", end + 1)
+        return False
 
     def _entries(
         self, fd: int, directory: str, prefix: str
@@ -346,7 +379,7 @@ class DirectoryInventory:
             try:
                 st = entry.stat(follow_symlinks=follow)
             except OSError as exc:
-                stats.unreadable.append(f"{prefix + name}: {exc.strerror}")
+                self._unreadable(prefix + name, exc)
                 continue
             if not isreg(st.st_mode):
                 continue
@@ -374,7 +407,7 @@ class DirectoryInventory:
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError as exc:
-                stats.unreadable.append(f"{prefix + name}: {exc.strerror}")
+                self._unreadable(prefix + name, exc)
                 continue
             mode = st.st_mode & _S_IFMT
             if mode != _S_IFREG:

@@ -50,7 +50,7 @@ from ..w3cdt import format_w3c, parse_w3c
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, PublishConfig, SetConfig
 from .inventory import DirectoryInventory, Inventory, ScanStats
 from .package import PackageItem, write_packages
-from .state import ChangeListRow, ScanResult, SetState
+from .state import ChangeListRow, DeletionsRefused, ScanResult, SetState
 
 __all__ = ["DocumentInfo", "PublishResult", "SetResult", "publish"]
 
@@ -186,6 +186,24 @@ def publish(
         return _publish(config, dry_run, inventories, progress, clock, started, only)
 
 
+def _refused_deletions(s: SetConfig, scan: ScanResult) -> str | None:
+    """Why the deletions a scan of set `s` found are not to be published, if they are not:
+    every resource gone at once (a directory whose filesystem is not mounted is empty too), or
+    more than the set's `max_delete`."""
+    if scan.deleted and scan.resources == 0 and not s.allow_empty:
+        return (
+            f"holds no file to publish, and the {scan.deleted:,} resources published before "
+            "would all be deleted: is its filesystem mounted? Nothing was published "
+            "(--allow-empty publishes their deletion)"
+        )
+    if s.max_delete is not None and scan.deleted > s.max_delete:
+        return (
+            f"this run would publish {scan.deleted:,} deletions, more than --max-delete "
+            f"{s.max_delete:,}: nothing was published"
+        )
+    return None
+
+
 def _directories(paths: Iterable[str]) -> set[str]:
     """The directories to list again for changed paths: each one's parent, and the path itself
     in case it is a directory (`SetState.scan` keeps those it knows, or their ancestors)."""
@@ -269,14 +287,18 @@ def _publish(
                 )
                 inventory = d
             step = (lambda n, name=s.name: progress(name, n)) if progress else None
-            scan = state.scan(
-                inventory,
-                s.hashes,
-                dry_run=dry_run,
-                progress=step,
-                uri_base=s.base_url if isinstance(inventory, DirectoryInventory) else None,
-                only=only.get(s.name),
-            )
+            try:
+                scan = state.scan(
+                    inventory,
+                    s.hashes,
+                    dry_run=dry_run,
+                    progress=step,
+                    uri_base=s.base_url if isinstance(inventory, DirectoryInventory) else None,
+                    only=only.get(s.name),
+                    refuse=functools.partial(_refused_deletions, s),
+                )
+            except DeletionsRefused as exc:
+                raise DeletionsRefused(exc.message, source=str(s.dir)) from None
             if isinstance(inventory, DirectoryInventory):
                 stats = inventory.stats
             result = SetResult(s.name, scan, stats=stats)

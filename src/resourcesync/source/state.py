@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ResourceSyncError
 from ..hashing import MultiHasher, format_hashes, parse_hashes
@@ -207,6 +207,10 @@ class ArchiveRow:
     extra: str | None
 
 
+class DeletionsRefused(ResourceSyncError):
+    """A scan whose deletions its `refuse` check would not publish: nothing was recorded."""
+
+
 class SetState:
     """The SQLite state of one resource set."""
 
@@ -274,8 +278,12 @@ class SetState:
         progress: Callable[[int], None] | None = None,
         uri_base: str | None = None,
         only: Iterable[str] | None = None,
+        refuse: Callable[[ScanResult], str | None] | None = None,
     ) -> ScanResult:
         """Compare the inventory with the snapshot, record what changed, commit (unless dry).
+
+        `refuse`: looks at what the scan found before it is recorded; a reason it returns is
+        raised as `DeletionsRefused`, and nothing of the scan is recorded (a dry run too).
 
         `uri_base`: the inventory makes every URI from its key and this base, so while the base
         stays the same an unchanged item's URI need not be compared (nor even worked out).
@@ -351,6 +359,8 @@ class SetState:
                 # Changes are listed from the moment the baseline scan began (the Resource
                 # List's `at`): nothing between the two can fall through.
                 self.put("baselined", format_w3c(started))
+            if refuse is not None and (why := refuse(result)) is not None:
+                raise DeletionsRefused(why)  # rolled back below
             self.db.execute("ROLLBACK" if dry_run else "COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -370,6 +380,16 @@ class SetState:
         uris_stable: bool,
     ) -> None:
         j = _Journal(self, algorithms, result)
+        # What the inventory could not read this time stays as it was published (see
+        # `ScanStats.unknown`): not listed is not deleted then.
+        kept: Callable[[str], bool] = getattr(inventory, "kept", lambda key: False)
+
+        def unlisted(row: tuple[Any, ...]) -> None:
+            if kept(row[0]):
+                result.unchanged += 1
+            else:
+                j.deleted(row)
+
         old = next(old_rows, None)
         previous_key: str | None = None
         for count, item in enumerate(inventory, 1):
@@ -380,7 +400,7 @@ class SetState:
                 )
             previous_key = key
             while old is not None and old[0] < key:
-                j.deleted(old)
+                unlisted(old)
                 old = next(old_rows, None)
             if progress is not None and count % 1000 == 0:
                 progress(count)
@@ -395,7 +415,7 @@ class SetState:
             else:
                 j.compare(item, None, uris_stable)
         while old is not None:
-            j.deleted(old)
+            unlisted(old)
             old = next(old_rows, None)
         j.flush()
         if j.journal and not uris_stable and result.deleted:
@@ -446,8 +466,21 @@ class SetState:
             done.add(prefix)
             directory = os.path.join(root, prefix) if prefix else root
             listed = inventory.list_dir(directory, prefix)
+            unknown = inventory.stats.unknown
+            if listed is None and prefix in unknown:
+                # It exists but cannot be listed now (permissions, an I/O error, a stale NFS
+                # handle): what was published of it stays as it was, listing included, and
+                # the next run looks again. Its deletion would be published otherwise.
+                continue
             files, subdirs = listed if listed is not None else ({}, [])
             cached, old_files, delta, old_subdirs = listings.read(prefix)
+            if unknown:
+                # A name that could not be looked at keeps the state it was published with.
+                into = cast("dict[str, Stat | None]", files)
+                for name, st in old_files.items():
+                    if name not in files and prefix + name in unknown:
+                        into[name] = st
+                subdirs += [n for n in old_subdirs if n not in subdirs and prefix + n in unknown]
             seen += len(files)
             differ: set[str] = set()
             # Stays empty when nothing differs: then a listing is stored only for a
