@@ -83,3 +83,31 @@ def test_sync_on_a_full_disk_reports_and_the_next_run_completes(tmp_path: Path) 
         assert "free some space and run again" in _one_line(result.stderr)
         assert cli("sync", b, tmp_path / "other").exit_code == 0
         assert len(tree(tmp_path / "other")) == 3000
+
+
+def test_a_fleet_copy_on_a_full_disk_is_that_sources_failure_said_plainly(
+    tmp_path: Path,
+) -> None:
+    """In a fleet, the copy's state database refusing a write was "internal error:
+    OperationalError('database or disk is full')"; it is said as `sync` says it, and the next
+    run with room completes the copy."""
+    from tests.fleet.helpers import csv_of, many_sources
+
+    def files(i: int) -> dict[str, bytes]:
+        return {
+            f"d{k // 500}/r{k}.txt": f"resource {k} of source {i}".encode() for k in range(2000)
+        }
+
+    root = tmp_path / "fleet"
+    with many_sources(tmp_path, ["127.0.0.2"], files=files) as (sites, _):
+        listing = tmp_path / "sources.csv"
+        listing.write_text(csv_of(sites))
+        assert cli("fleet", "import", listing, "--root", str(root)).exit_code == 0
+        run = limited(150_000, "fleet", "run", "--once", "--root", str(root))
+        assert run.returncode == 1, run.stderr
+        assert "Traceback" not in run.stderr and "internal error" not in run.stderr
+        assert f"{sites[0].name}: FAILED: cannot write" in run.stderr
+        assert "free some space and run again" in run.stderr
+        again = cli("fleet", "run", "--once", "--all", "--root", str(root))
+        assert again.exit_code == 0, again.stderr
+        assert tree(root / sites[0].name) == sites[0].files()

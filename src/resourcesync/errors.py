@@ -5,6 +5,9 @@ Ground floor: imports nothing of ours. The CLI turns these into one line and an 
 
 from __future__ import annotations
 
+import errno
+import sys
+
 
 class ResourceSyncError(Exception):
     """An error with an address: the input (URL or file), and where known the line and entry."""
@@ -49,3 +52,28 @@ class FormatError(ResourceSyncError):
 
 class FetchError(ReadError):
     """An HTTP exchange failed after the retries allowed (so the input could not be read)."""
+
+
+#: errno values that mean "no room to write" (no space, over quota, file too large).
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def storage_failure(exc: BaseException, where: object = None) -> tuple[str, bool] | None:
+    """One line for local storage refusing a write — a file system (full, read-only,
+    permission denied, a file in the way) or an SQLite state database — and whether it is
+    full; None for any other exception. As every command and the fleet's syncs say it.
+    `where`: named when the error names no file."""
+    if isinstance(exc, OSError):
+        full = exc.errno in FULL_ERRNOS
+        place = exc.filename or where
+        hint = ": free some space and run again" if full else ""
+        head = f"cannot write {place}" if place else "cannot write"
+        return f"{head}: {exc.strerror or exc}{hint}", full
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is not None and isinstance(exc, sqlite3.OperationalError):
+        text = str(exc)
+        if "disk is full" in text or "disk I/O error" in text:
+            return f"cannot write a state database ({text}): free some space and run again", True
+        if "readonly" in text or "unable to open" in text:
+            return f"cannot write a state database ({text})", False
+    return None

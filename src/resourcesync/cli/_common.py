@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..errors import ResourceSyncError
+from ..errors import ResourceSyncError, storage_failure
 from ..w3cdt import format_w3c
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -25,9 +25,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # the command ran and found something wrong (errors, differences)
 EXIT_ERROR = 2  # an input could not be read, a request failed, bad usage
-
-#: errno values that mean "no room to write" (no space, over quota, file too large).
-_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def stderr_console() -> Any:
@@ -146,27 +143,16 @@ def handle_errors(func: F) -> F:
                 # The reader of our output went away (e.g. `| head`): not an error of ours.
                 sys.stderr.close()
                 sys.exit(0)
-            except OSError as exc:
-                # A file system that refuses a write (full, read-only, permission denied, a file
-                # in the way): one line naming the path; every write is atomic, so nothing is
-                # half-written and the next run completes (issue 17.17, 14.5).
-                full = exc.errno in _FULL
-                where = f"cannot write {exc.filename}" if exc.filename else "cannot write"
-                hint = ": free some space and run again" if full else ""
-                fail(f"{where}: {exc.strerror or exc}{hint}", EXIT_FINDINGS if full else EXIT_ERROR)
             except Exception as exc:
-                sqlite3 = sys.modules.get("sqlite3")
-                if sqlite3 is None or not isinstance(exc, sqlite3.OperationalError):
+                # A file system or a state database that refuses a write (full, read-only,
+                # permission denied, a file in the way): one line naming the path; every write
+                # is atomic, so nothing is half-written and the next run completes (issue
+                # 17.17, 14.5).
+                said = storage_failure(exc)
+                if said is None:
                     raise
-                text = str(exc)
-                if "disk is full" in text or "disk I/O error" in text:
-                    fail(
-                        f"cannot write a state database ({text}): free some space and run again",
-                        EXIT_FINDINGS,
-                    )
-                if "readonly" in text or "unable to open" in text:
-                    fail(f"cannot write a state database ({text})")
-                raise
+                message, full = said
+                fail(message, EXIT_FINDINGS if full else EXIT_ERROR)
         except SystemExit as exc:
             status = exc.code
             raise

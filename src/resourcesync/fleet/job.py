@@ -14,7 +14,7 @@ from typing import Any
 
 from ..destination.state import CopyState
 from ..destination.sync import SyncOptions, SyncReport, sync
-from ..errors import ResourceSyncError
+from ..errors import ResourceSyncError, storage_failure
 from ..http import HttpOptions, RetryPolicy
 from .registry import Entry
 from .store import FleetStore, Outcome
@@ -110,12 +110,13 @@ def sync_source(
             mode = "baseline after a gap"
     except ResourceSyncError as exc:
         return Outcome(started, time.monotonic() - t0, False, "", str(exc))
-    except OSError as exc:
-        # The copy's disk, not the Source: still one Source's failure, not the fleet's. Said
-        # as `sync` says it: the file, and why.
-        where = exc.filename or dest
-        why = exc.strerror or str(exc)
-        return Outcome(started, time.monotonic() - t0, False, "", f"cannot write {where}: {why}")
+    except Exception as exc:
+        # The copy's disk or its state database, not the Source: still one Source's failure,
+        # not the fleet's, said as `sync` says it (the file, and why).
+        said = storage_failure(exc, dest)
+        if said is None:
+            raise
+        return Outcome(started, time.monotonic() - t0, False, "", said[0])
     counts: dict[str, Any] = {k: sum(getattr(s, k) for s in report.sets) for k in COUNTS}
     cursors = [s.cursor for s in report.sets if s.cursor]
     return Outcome(
