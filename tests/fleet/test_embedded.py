@@ -215,3 +215,36 @@ def test_ctrl_c_lets_the_syncs_in_flight_finish_and_records_them_a_second_stops_
         assert again.exit_code == 0, again.stderr
         assert all(tree(root / site.name) == site.files() for site in sites)
         assert not any(root.rglob("*.part"))
+
+
+def test_max_delete_holds_a_sources_mass_deletion_back(tmp_path: Path) -> None:
+    """`fleet add --delete --max-delete N` (and `max_delete` in an imported file): a Source
+    that suddenly deletes more than N resources has none deleted from its copy, the run is not
+    ok and says why; raised, the deletions are applied."""
+    root = tmp_path / "fleet"
+    with many_sources(tmp_path, ["127.0.0.2", "127.0.0.3"]) as (sites, _):
+        one, two = sites
+        add = ("fleet", "add", one.url, "--name", one.name, "--delete", "--root", root)
+        assert cli(*add, "--max-delete", "1").exit_code == 0
+        listing = tmp_path / "more.csv"
+        listing.write_text(f"name,source,delete,max_delete\n{two.name},{two.url},true,2\n")
+        assert cli("fleet", "import", listing, "--root", root).exit_code == 0
+        assert cli("fleet", "run", "--once", "--root", root).exit_code == 0
+        copies = {s.name: tree(root / s.name) for s in sites}
+        for site in sites:
+            for name in ("r0.txt", "r1.txt", "r2.txt"):
+                (site.data / name).unlink()
+            site.publish()
+
+        held = cli("fleet", "run", "--once", "--all", "--root", root)
+        assert held.exit_code == 1, held.stderr
+        s = status(root)
+        for site in sites:
+            assert tree(root / site.name) == copies[site.name]
+            assert s[site.name]["ok"] is False
+            assert "3 deletions planned, more than --max-delete" in str(s[site.name]["error"])
+        assert cli(*add, "--max-delete", "3", "--replace").exit_code == 0
+        again = cli("fleet", "run", "--once", "--all", "--root", root)
+        assert again.exit_code == 1, again.stderr  # the other one is still held back
+        assert tree(root / one.name) == one.files()
+        assert tree(root / two.name) == copies[two.name]

@@ -97,6 +97,12 @@ def fleet() -> None:
 )
 @click.option("--delete", is_flag=True, help="Apply the Source's deletions to the copy.")
 @click.option(
+    "--max-delete",
+    type=click.IntRange(min=0),
+    help="With --delete: a sync that would delete more files than this deletes none (kept "
+    "pending, not ok), as sync --max-delete.",
+)
+@click.option(
     "--follow",
     is_flag=True,
     help="Subscribe to its change notifications: each one makes it due at once (fleet run).",
@@ -117,6 +123,7 @@ def add(
     every: float,
     via: str,
     delete: bool,
+    max_delete: int | None,
     follow: bool,
     header: tuple[str, ...],
     replace: bool,
@@ -135,7 +142,7 @@ def add(
     try:
         headers = dict(parse_header(h) for h in header)
         where = str(Path(dest).resolve()) if dest else None
-        entry = Entry(name, source, where, every, via, delete, headers, follow)
+        entry = Entry(name, source, where, every, via, delete, headers, follow, max_delete)
         entry.check()
     except ValueError as exc:
         fail(str(exc))

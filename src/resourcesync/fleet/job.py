@@ -47,6 +47,7 @@ def _options(
     return SyncOptions(
         state=state,
         delete=entry.delete,
+        max_delete=entry.max_delete,
         via=entry.via,
         baseline=baseline,
         per_host=requests,
@@ -64,6 +65,8 @@ def _error(report: SyncReport) -> str | None:
     for s in report.sets:
         if s.gap:
             return f"{s.name}: gap: {s.gap}"
+        if s.incomplete:
+            return f"{s.name}: {s.incomplete}"
         if s.failed or s.refused:
             first = f": {s.problems[0].uri}: {s.problems[0].message}" if s.problems else ""
             return f"{s.name}: {s.failed} failed, {s.refused} refused{first}"

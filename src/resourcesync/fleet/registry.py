@@ -69,6 +69,9 @@ class Entry:
     headers: Mapping[str, str] = field(default_factory=dict)
     #: Subscribe to the Source's change notifications: a notification makes it due at once.
     follow: bool = False
+    #: With `delete`: a sync that would delete more than this many files deletes none (they
+    #: stay pending, the run is not ok) — as `sync --max-delete`. None: no limit.
+    max_delete: int | None = None
 
     def check(self) -> None:
         """Raise ValueError naming what is wrong with this entry."""
@@ -88,6 +91,8 @@ class Entry:
             raise ValueError(f"{self.name}: via must be one of {', '.join(VIAS)}")
         if self.every <= 0:
             raise ValueError(f"{self.name}: every must be positive")
+        if self.max_delete is not None and self.max_delete < 0:
+            raise ValueError(f"{self.name}: max_delete must be 0 or more")
 
     @property
     def host(self) -> str:
@@ -107,8 +112,19 @@ def _flag(raw: Mapping[str, Any], key: str) -> bool:
     return bool(value)
 
 
+def _count(raw: Mapping[str, Any], key: str) -> int | None:
+    value = raw.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{key} must be a whole number, not {value!r}") from None
+
+
 def _entry(raw: Mapping[str, Any]) -> Entry:
     known = {"name", "source", "dest", "every", "via", "delete", "follow", "headers", "header"}
+    known.add("max_delete")
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
@@ -134,6 +150,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         delete=_flag(raw, "delete"),
         headers=headers,
         follow=_flag(raw, "follow"),
+        max_delete=_count(raw, "max_delete"),
     )
     entry.check()
     return entry
@@ -141,8 +158,8 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
 
 def read_entries(path: Path) -> Iterator[Entry]:
     """The entries of a TOML (`[[source]]` tables) or CSV (a header row naming the columns:
-    name, source, and optionally dest, every, via, delete, follow, header) file. Bad input raises a
-    FleetError naming the file and line (CSV) or entry (TOML)."""
+    name, source, and optionally dest, every, via, delete, max_delete, follow, header) file. Bad
+    input raises a FleetError naming the file and line (CSV) or entry (TOML)."""
     try:
         if path.suffix.lower() == ".toml":
             with path.open("rb") as f:

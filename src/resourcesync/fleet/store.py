@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS fleet_source (
   ticket BIGINT NOT NULL DEFAULT 0,
   done_ticket BIGINT NOT NULL DEFAULT 0,
   follow INTEGER NOT NULL DEFAULT 0,
-  woken DOUBLE PRECISION
+  woken DOUBLE PRECISION,
+  max_delete INTEGER
 );
 CREATE INDEX IF NOT EXISTS fleet_source_next_run ON fleet_source (next_run);
 """
@@ -57,11 +58,13 @@ CREATE INDEX IF NOT EXISTS fleet_source_next_run ON fleet_source (next_run);
 ADDED = (
     ("follow", "INTEGER NOT NULL DEFAULT 0"),
     ("woken", "DOUBLE PRECISION"),
+    ("max_delete", "INTEGER"),
 )
 
 _COLUMNS = (
     "name, source, dest, every, via, apply_delete, headers, added, next_run, last_run, seconds, "
-    "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket, follow, woken"
+    "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket, follow, "
+    "woken, max_delete"
 )
 
 
@@ -115,6 +118,7 @@ def _row(r: Sequence[Any]) -> Row:
         delete=bool(r[5]),
         headers=json.loads(r[6]),
         follow=bool(r[21]),
+        max_delete=r[23],
     )
     return Row(
         entry=entry,
@@ -222,6 +226,7 @@ class SQLStore:
                     int(e.delete),
                     json.dumps(dict(e.headers)),
                     int(e.follow),
+                    e.max_delete,
                 )
                 exists = self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (e.name,))
                 if exists and not replace:
@@ -229,13 +234,14 @@ class SQLStore:
                 if exists:
                     self._execute(
                         "UPDATE fleet_source SET source = ?, dest = ?, every = ?, via = ?, "
-                        "apply_delete = ?, headers = ?, follow = ? WHERE name = ?",
+                        "apply_delete = ?, headers = ?, follow = ?, max_delete = ? WHERE name = ?",
                         (*values, e.name),
                     )
                 else:
                     self._execute(
                         "INSERT INTO fleet_source (name, source, dest, every, via, apply_delete,"
-                        " headers, follow, added, next_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " headers, follow, max_delete, added, next_run)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (e.name, *values, now, now),
                     )
                 n += 1
