@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.destination.helpers import cli, tree
 from tests.fleet.cluster import Postgres, Redis, workers
 from tests.fleet.helpers import Site, change, csv_of, files_for, many_sources
@@ -210,3 +212,49 @@ def test_a_database_without_a_fleet_is_an_error_never_an_empty_fleet(
     )
     assert added.exit_code == 0, added.stderr
     assert cli("fleet", "list", "--root", tmp_path, "--db", db).stdout.startswith("a\t")
+
+
+def test_a_worker_whose_root_is_not_the_clusters_writes_nothing(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    """Every worker must see the same ROOT. The first one names the fleet (an id in the
+    store and in ROOT/.fleet/cluster-id); a worker whose ROOT lacks it — the shared
+    filesystem not mounted on its machine — refuses to start, and a task it still gets fails
+    the same way, instead of making copies on its own disk that no other worker sees."""
+    from resourcesync.fleet import open_store
+    from resourcesync.fleet.registry import FleetError
+    from resourcesync.fleet.store import check_root
+
+    db = postgres.database()
+    shared, elsewhere = tmp_path / "shared", tmp_path / "not-mounted"
+    elsewhere.mkdir()
+    added = cli("fleet", "add", "http://127.0.0.2:1/", "--name", "a", "--root", shared, "--db", db)
+    assert added.exit_code == 0, added.stderr
+    store = open_store(shared, db)
+    try:
+        check_root(store, shared)
+        mark = shared / ".fleet" / "cluster-id"
+        assert mark.is_file()
+        check_root(store, shared)  # and again, as every task does
+        with pytest.raises(FleetError, match=r"cluster-id is missing \(is the shared filesystem"):
+            check_root(store, elsewhere, wait=0)
+        (elsewhere / ".fleet").mkdir()
+        (elsewhere / ".fleet" / "cluster-id").write_text("0123456789abcdef\n")
+        with pytest.raises(FleetError, match="names another fleet"):
+            check_root(store, elsewhere, wait=0)
+    finally:
+        store.close()
+    (elsewhere / ".fleet" / "cluster-id").unlink()
+    run = subprocess.run(
+        [*_worker_argv(elsewhere), "--broker", "redis://127.0.0.1:1/0", "--db", db],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    assert "not this fleet's root" in run.stderr and "Traceback" not in run.stderr
+    assert not any(p.name != ".fleet" for p in elsewhere.iterdir())
+
+
+def _worker_argv(root: Path) -> list[str]:
+    return [sys.executable, "-m", "resourcesync", "worker", "--root", str(root)]

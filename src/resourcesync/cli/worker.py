@@ -79,10 +79,17 @@ def worker(
 
     from ..fleet import open_store
     from ..fleet.cluster import QUEUE, make_app
+    from ..fleet.store import check_root
 
     # One line per request is the sync's business at DEBUG, not a worker's log at INFO.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    open_store(root, db).close()  # a wrong --db is one clear line now, not in every task
+    # A wrong --db, or a ROOT that is not the cluster's shared filesystem, is one clear line
+    # now, not a failure in every task (or copies written where no other worker sees them).
+    store = open_store(root, db)
+    try:
+        check_root(store, root.resolve())
+    finally:
+        store.close()
     app = make_app(broker, db, root.resolve(), visibility_timeout=visibility_timeout)
     name = node or f"fleet@{socket.gethostname()}-{os.getpid()}"
     app.worker_main(

@@ -35,7 +35,7 @@ from celery import Celery
 from .. import rng
 from .registry import FleetError
 from .schedule import Backoff, next_run
-from .store import FleetStore, Row, open_store
+from .store import FleetStore, Outcome, Row, check_root, open_store
 
 __all__ = ["TASK", "Producer", "TaskOptions", "make_app"]
 
@@ -166,18 +166,26 @@ def make_app(
             row = store.get(name)  # read under the lock: the run before may just have ended
             if row is None or store.done(name, ticket):
                 return "already done"
-            with host_slot(worker.redis(), row.entry.host, opts.per_host, opts.slot_lease) as ok:
-                if not ok:
-                    raise self.retry(countdown=rng.uniform(0.5, 2))
-                log.info("%s: syncing (ticket %d)", name, ticket)
-                outcome = sync_source(
-                    row.entry,
-                    worker.root,
-                    requests=opts.requests,
-                    timeout=opts.timeout,
-                    retries=opts.retries,
-                    store=store,
-                )
+            try:
+                # The copies' filesystem is still this one (a mount can go while a worker runs).
+                check_root(store, worker.root)
+            except FleetError as exc:
+                outcome = Outcome(time.time(), 0.0, False, "", str(exc))
+            else:
+                with host_slot(
+                    worker.redis(), row.entry.host, opts.per_host, opts.slot_lease
+                ) as ok:
+                    if not ok:
+                        raise self.retry(countdown=rng.uniform(0.5, 2))
+                    log.info("%s: syncing (ticket %d)", name, ticket)
+                    outcome = sync_source(
+                        row.entry,
+                        worker.root,
+                        requests=opts.requests,
+                        timeout=opts.timeout,
+                        retries=opts.retries,
+                        store=store,
+                    )
             backoff = Backoff(opts.retry_after, opts.max_backoff)
             store.record(name, outcome, next_run(row, outcome, backoff, time.time()), ticket)
         log.info("%s: %s", name, "ok" if outcome.ok else f"FAILED: {outcome.error}")

@@ -52,6 +52,10 @@ CREATE TABLE IF NOT EXISTS fleet_source (
   max_delete INTEGER
 );
 CREATE INDEX IF NOT EXISTS fleet_source_next_run ON fleet_source (next_run);
+CREATE TABLE IF NOT EXISTS fleet_meta (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
 """
 
 #: Columns added after the first schema, for stores created before them.
@@ -194,6 +198,10 @@ class FleetStore(Protocol):
         """The Destination state of `name`'s copy, kept in this store."""
         ...
 
+    def claim_meta(self, key: str, value: str) -> str:
+        """Store `value` under `key` unless one is there already; return the one stored."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -212,6 +220,14 @@ class SQLStore:
     def copy_state(self, name: str) -> StoreCopyState:
         """The Destination state of `name`'s copy, kept in this store (see `copystate.py`)."""
         return StoreCopyState(self, name)
+
+    def claim_meta(self, key: str, value: str) -> str:
+        with self._transaction():
+            self._execute(
+                "INSERT INTO fleet_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                (key, value),
+            )
+            return str(self._execute("SELECT value FROM fleet_meta WHERE key = ?", (key,))[0][0])
 
     def add(self, entries: Iterable[Entry], *, now: float, replace: bool = False) -> int:
         n = 0
@@ -446,3 +462,50 @@ def open_store(root: Path, db: str | None = None, *, create: bool = False) -> Fl
     if db:
         raise FleetError(f"--db must be a postgresql:// URL, not {db!r}")
     return SQLiteStore(root / FLEET_DIR / "fleet.sqlite", create=create)
+
+
+#: The file under a cluster's ROOT that names its fleet (see `check_root`).
+ROOT_MARK = "cluster-id"
+
+
+def check_root(store: FleetStore, root: Path, *, wait: float = 5.0) -> None:
+    """That `root` is the filesystem this cluster's copies are on, before a worker writes a
+    copy there. The first worker names the fleet (an id in the store, the same id in
+    `ROOT/.fleet/cluster-id`); a worker whose ROOT lacks that file — a shared filesystem not
+    mounted on its machine, a --root given wrong — writes nothing and says so, instead of
+    making copies on its own disk that the others cannot see while it reports them ok.
+    `wait`: how long the file may take to appear when another worker has just named the
+    fleet."""
+    import time
+    import uuid
+
+    from ..atomic import AtomicFile
+
+    mark = root / FLEET_DIR / ROOT_MARK
+    proposed = uuid.uuid4().hex
+    fleet_id = store.claim_meta("cluster_id", proposed)
+    if fleet_id == proposed:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        with AtomicFile(mark) as f:
+            f.write(f"{fleet_id}\n".encode())
+    # Another worker may have named the fleet a moment ago and not yet written the file.
+    deadline = time.monotonic() + (0.0 if fleet_id == proposed else wait)
+    while True:
+        try:
+            found: str | None = mark.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            found = None
+        except OSError as exc:
+            raise FleetError(
+                f"cannot read {mark}: {exc.strerror or exc}", source=str(root)
+            ) from None
+        if found is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    if found != fleet_id:
+        what = "is missing" if found is None else "names another fleet"
+        raise FleetError(
+            f"not this fleet's root: {mark} {what} (is the shared filesystem mounted here? every "
+            "worker must see the same ROOT)",
+            source=str(root),
+        )
