@@ -108,3 +108,32 @@ def test_validating_a_file_loads_no_digests_packages_nor_json(tmp_path) -> None:
     # …and what they are needed for still loads them.
     as_json = quiet.replace("'validate', ", "'validate', '--json', ")
     assert "json" in _modules_after(as_json)
+
+
+def test_the_program_loads_no_tls_for_commands_without_http(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The program's entry prepares aiohttp's import for `sync`; `publish` and `validate` of a
+    # file make no request and must not pay for `ssl` (25 ms of start-up here) because of it.
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "a.txt").write_text("a")
+    out = tmp_path / "out"
+    publish = ["publish", str(files), "--base-url", "http://example.org/", "--out", str(out)]
+    rl = out / "resourcesync" / "resourcelist.xml"
+    for argv in (publish, ["validate", str(rl)]):
+        code = (
+            "from resourcesync import _program\n"
+            f"sys.argv = ['resourcesync', *{argv!r}]\n"
+            "try:\n    _program.main()\n"
+            "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        )
+        loaded = _modules_after(code)
+        assert "resourcesync._imports" in loaded
+        assert not {"ssl", "_ssl"} & loaded, argv[0]
+    assert rl.exists()
+    # `sync` still imports aiohttp (and so ssl) through the same entry.
+    code = (
+        "from resourcesync import _imports\n_imports.enable()\n"
+        "with _imports.importing_aiohttp():\n    import aiohttp\n"
+        "assert aiohttp.ClientSession\n"
+    )
+    assert "ssl" in _modules_after(code)

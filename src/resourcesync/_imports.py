@@ -18,7 +18,6 @@ Ground floor: imports only the standard library.
 from __future__ import annotations
 
 import contextlib
-import ssl
 import sys
 import threading
 from collections.abc import Iterator
@@ -42,6 +41,8 @@ def importing_aiohttp() -> Iterator[None]:
     if not _enabled or "aiohttp.connector" in sys.modules:
         yield
         return
+    import ssl  # here: `enable()` runs for every command, most of which never load ssl
+
     importer = threading.get_ident()
     real = ssl.SSLContext.set_default_verify_paths
     own = "set_default_verify_paths" in vars(ssl.SSLContext)
