@@ -172,8 +172,48 @@ def test_max_delete_keeps_a_copy_whose_source_suddenly_lists_nothing(tmp_path: P
         assert "5 deletions planned, more than --max-delete 3" in s["incomplete"]
         assert (s["deleted"], s["pending_deletes"]) == (0, 5)
         assert tree(dest) == files
-        code, summary = cli_json("sync", src.root, dest, "--delete", "--max-delete", "5")
+        args = ("--delete", "--max-delete", "5", "--allow-empty")
+        code, summary = cli_json("sync", src.root, dest, *args)
         assert code == 0 and tree(dest) == {}, summary
+
+
+def test_a_source_that_suddenly_lists_nothing_empties_no_copy_by_default(tmp_path: Path) -> None:
+    # Unison's `confirmbigdeletes`: a run that would delete every resource the copy holds and
+    # fetch none is what a Source that lost its data publishes (a database restored empty, a
+    # volume that did not mount). With --delete it deletes nothing, keeps the deletions
+    # pending and exits 1, incremental or baseline, until --allow-empty says it is meant.
+    dest = tmp_path / "dest"
+    files = {f"f{i}.txt": b"x" for i in range(5)}
+    with published_source(tmp_path, files) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        # Fewer resources is not an empty Source: four of five go as usual.
+        for name in list(files)[1:]:
+            (src.data / name).unlink()
+        src.publish()
+        code, summary = cli_json("sync", src.root, dest, "--delete")
+        assert code == 0 and tree(dest) == {"f0.txt": b"x"}, summary
+        (src.data / "f0.txt").unlink()
+        src.sets[0].allow_empty = True
+        src.publish()
+        for extra in ((), ("--baseline",), ("--dry-run",)):
+            code, summary = cli_json("sync", src.root, dest, "--delete", *extra)
+            s = set_report(summary)
+            assert code == 1, (extra, summary)
+            assert "the Source no longer lists any resource this copy holds (1)" in s["incomplete"]
+            assert "--allow-empty" in s["incomplete"]
+            assert (s["deleted"], s["pending_deletes"]) == (0, 1), extra
+            assert tree(dest) == {"f0.txt": b"x"}, extra
+        result = cli("sync", src.root, dest, "--delete")
+        assert result.exit_code == 1
+        assert "--allow-empty" in result.stderr + result.stdout
+        # Without --delete nothing is deleted anyway: pending, as for any deletion.
+        code, summary = cli_json("sync", src.root, dest)
+        assert set_report(summary)["incomplete"] is None
+        code, summary = cli_json("sync", src.root, dest, "--delete", "--allow-empty")
+        assert code == 0 and tree(dest) == {}, summary
+        # An empty copy following an empty Source is in sync.
+        code, summary = cli_json("sync", src.root, dest, "--delete")
+        assert code == 0, summary
 
 
 def test_the_token_can_come_from_the_environment(tmp_path: Path, monkeypatch: Any) -> None:

@@ -274,7 +274,9 @@ def test_a_deletion_never_removes_a_file_this_sync_did_not_write(tmp_path: Path)
             ],
             **{"from": AT},
         )
-        code, summary = cli_json("sync", b, dest, "--delete")
+        # The Source deletes all it listed, and means it (see test_habits for the guard).
+        delete = ("--delete", "--allow-empty")
+        code, summary = cli_json("sync", b, dest, *delete)
         assert code == 1, summary
         assert tree(dest) == {"notes.txt": b"the user's own notes", "b.txt": b"edited by hand"}
         messages = " ".join(p["message"] for p in _set(summary)["problems"])
@@ -283,14 +285,14 @@ def test_a_deletion_never_removes_a_file_this_sync_did_not_write(tmp_path: Path)
         # The file changed here stays a deletion to make: every later run says so (it used
         # to be forgotten, and the next run said ok over the file the Source no longer
         # lists); the user's own file, never held, was said once.
-        code, summary = cli_json("sync", b, dest, "--delete")
+        code, summary = cli_json("sync", b, dest, *delete)
         problems = _set(summary)["problems"]
         assert code == 1 and [p["uri"] for p in problems] == [f"{b}/b.txt"], summary
         code, summary = cli_json("sync", b, dest)
         assert code == 0 and _set(summary)["pending_deletes"] == 1, summary
         assert cli("audit", b, dest).exit_code == 1
         (dest / "b.txt").unlink()
-        code, summary = cli_json("sync", b, dest, "--delete")
+        code, summary = cli_json("sync", b, dest, *delete)
         assert code == 0 and _set(summary)["pending_deletes"] == 0, summary
         assert tree(dest) == {"notes.txt": b"the user's own notes"}
 

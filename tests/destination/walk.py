@@ -47,6 +47,8 @@ class DestinationWalk(Walk):
     def options(self) -> SyncOptions:
         return SyncOptions(
             delete=True,
+            # The walk's Source deletes all its files at times, and means it.
+            allow_empty=True,
             mappings=[(self.base, self.dest)],
             http=HttpOptions(timeout=10, retry=RetryPolicy(retries=1, backoff=0.01)),
         )

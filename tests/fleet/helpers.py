@@ -39,8 +39,10 @@ class Site:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/"
 
-    def publish(self) -> None:
-        s = SetConfig(name="set1", dir=self.data, base_url=self.url, hub=self.hub)
+    def publish(self, *, allow_empty: bool = False) -> None:
+        s = SetConfig(
+            name="set1", dir=self.data, base_url=self.url, hub=self.hub, allow_empty=allow_empty
+        )
         publish(PublishConfig(out=self.out, sets=[s]))
 
     def write(self, files: dict[str, bytes]) -> None:

@@ -42,6 +42,9 @@ from tests.destination.test_faults import (  # noqa: F401
     test_bytes_whose_digest_differs_are_retried_once_then_reported,
     test_each_refused_dump_member_is_counted_once,
 )
+from tests.destination.test_habits import (  # noqa: F401
+    test_a_source_that_suddenly_lists_nothing_empties_no_copy_by_default,
+)
 from tests.destination.test_sync import (  # noqa: F401
     test_a_change_list_the_index_names_but_the_source_lost,
     test_a_gap_is_reported_and_baseline_recovers,

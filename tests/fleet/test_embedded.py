@@ -249,3 +249,37 @@ def test_max_delete_holds_a_sources_mass_deletion_back(tmp_path: Path) -> None:
         assert again.exit_code == 1, again.stderr  # the other one is still held back
         assert tree(root / one.name) == one.files()
         assert tree(root / two.name) == copies[two.name]
+
+
+def test_a_source_that_lists_nothing_empties_no_copy_unless_allowed(tmp_path: Path) -> None:
+    """A Source whose list is suddenly empty (what an outage publishes) has nothing deleted
+    from its copy, even with `--delete`: the run is not ok and says how to allow it; with
+    `--allow-empty` (or `allow_empty` in an imported file) the copy follows it."""
+    root = tmp_path / "fleet"
+    with many_sources(tmp_path, ["127.0.0.2", "127.0.0.3"]) as (sites, _):
+        one, two = sites
+        add = ("fleet", "add", one.url, "--name", one.name, "--delete", "--root", root)
+        assert cli(*add).exit_code == 0
+        listing = tmp_path / "more.csv"
+        listing.write_text(f"name,source,delete,allow_empty\n{two.name},{two.url},true,yes\n")
+        assert cli("fleet", "import", listing, "--root", root).exit_code == 0
+        assert cli("fleet", "run", "--once", "--root", root).exit_code == 0
+        copy = tree(root / one.name)
+        assert copy
+        for site in sites:
+            for path in site.files():
+                (site.data / path).unlink()
+            site.publish(allow_empty=True)
+
+        held = cli("fleet", "run", "--once", "--all", "--root", root)
+        assert held.exit_code == 1, held.stderr
+        s = status(root)
+        assert tree(root / one.name) == copy
+        assert s[one.name]["ok"] is False
+        error = str(s[one.name]["error"])
+        assert "the Source no longer lists any resource this copy holds" in error
+        assert "--allow-empty" in error
+        assert s[two.name]["ok"] is True and tree(root / two.name) == {}
+        assert cli(*add, "--allow-empty", "--replace").exit_code == 0
+        assert cli("fleet", "run", "--once", "--all", "--root", root).exit_code == 0
+        assert tree(root / one.name) == {}

@@ -299,6 +299,7 @@ class Walk:
     def sync(self) -> None:
         options = SyncOptions(
             delete=True,
+            allow_empty=True,  # the walk's Source deletes all its files at times, and means it
             mappings=[(self.base, self.dest)],
             http=HttpOptions(timeout=10, retry=RetryPolicy(retries=1, backoff=0.01)),
         )

@@ -103,6 +103,12 @@ def fleet() -> None:
     "pending, not ok), as sync --max-delete.",
 )
 @click.option(
+    "--allow-empty",
+    is_flag=True,
+    help="With --delete: empty the copy when the Source lists nothing (by default such a sync "
+    "deletes none, not ok: an outage looks the same), as sync --allow-empty.",
+)
+@click.option(
     "--follow",
     is_flag=True,
     help="Subscribe to its change notifications: each one makes it due at once (fleet run).",
@@ -124,6 +130,7 @@ def add(
     via: str,
     delete: bool,
     max_delete: int | None,
+    allow_empty: bool,
     follow: bool,
     header: tuple[str, ...],
     replace: bool,
@@ -142,7 +149,9 @@ def add(
     try:
         headers = dict(parse_header(h) for h in header)
         where = str(Path(dest).resolve()) if dest else None
-        entry = Entry(name, source, where, every, via, delete, headers, follow, max_delete)
+        entry = Entry(
+            name, source, where, every, via, delete, headers, follow, max_delete, allow_empty
+        )
         entry.check()
     except ValueError as exc:
         fail(str(exc))

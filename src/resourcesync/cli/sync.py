@@ -171,6 +171,12 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "resources (a Source that suddenly lists nothing), exit 1.",
         ),
         click.option(
+            "--allow-empty",
+            is_flag=True,
+            help="With --delete: delete every resource of a set when its Source lists none "
+            "(by default such a run deletes nothing and exits 1: an outage looks the same).",
+        ),
+        click.option(
             "--max-size",
             type=_Size(),
             default="1G",
@@ -256,6 +262,7 @@ def _options(**o: Any) -> SyncOptions:
         set=o.get("set_"),
         preserve_times=o.get("times", True),
         max_delete=o.get("max_delete"),
+        allow_empty=bool(o.get("allow_empty")),
         host_failures=o.get("max_host_failures", 5),
         include=tuple(o.get("include") or ()),
         exclude=tuple(o.get("exclude") or ()),

@@ -54,6 +54,10 @@ class SyncOptions:
     #: With --delete: a run that would delete more than this deletes nothing (rclone's
     #: --max-delete): the deletions stay pending and the run exits 1.
     max_delete: int | None = None
+    #: With --delete: a run that would delete every resource the copy holds of a set and
+    #: fetch none (its Source lists nothing: an outage, a volume that did not mount) deletes
+    #: nothing unless this is set (Unison's `confirmbigdeletes`): kept pending, exit 1.
+    allow_empty: bool = False
     #: Told of every change made to the copy (or, with --dry-run, that would be made).
     on_action: Callable[[Action], None] | None = None
     #: Where the copy's state is kept, given the path of its SQLite file under

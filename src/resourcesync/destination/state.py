@@ -176,7 +176,7 @@ class CopyState(Protocol):
     def uris(self, set_key: str) -> Iterator[str]: ...
     def all_known(self) -> Iterator[Known]: ...
     def held(self, set_key: str) -> Iterator[Held]: ...
-    def count(self) -> int: ...
+    def count(self, set_key: str | None = None) -> int: ...
     def cursor(self, set_key: str) -> Cursor | None: ...
     def baseline_at(self, set_key: str) -> datetime | None: ...
     def set_cursor(
@@ -319,8 +319,12 @@ class DestinationState:
             (set_key,),
         )
 
-    def count(self) -> int:
-        return int(self.db.execute("SELECT COUNT(*) FROM resources").fetchone()[0])
+    def count(self, set_key: str | None = None) -> int:
+        """Resources held: of one set, or in all."""
+        if set_key is None:
+            return int(self.db.execute("SELECT COUNT(*) FROM resources").fetchone()[0])
+        row = self.db.execute("SELECT COUNT(*) FROM resources WHERE set_key = ?", (set_key,))
+        return int(row.fetchone()[0])
 
     # -- cursor ----------------------------------------------------------------------------
 

@@ -354,15 +354,29 @@ class Transfer:
         opts, mirror, state = self.run.options, self.run.mirror, self.run.state
         pending = 0
         delete = opts.delete
-        if delete and opts.max_delete is not None:
-            planned = sum(1 for uri, _ in plan.rows("delete") if state.known(uri) is not None)
-            planned += sum(1 for _ in plan.strays())
-            if planned > opts.max_delete:
+        if delete and (opts.max_delete is not None or not opts.allow_empty):
+            held = sum(1 for uri, _ in plan.rows("delete") if state.known(uri) is not None)
+            planned = held + sum(1 for _ in plan.strays())
+            if opts.max_delete is not None and planned > opts.max_delete:
                 delete = False
                 report.incomplete = (
                     f"{planned} deletions planned, more than --max-delete {opts.max_delete}: "
                     "none applied, all kept pending (check the Source, then run again with a "
                     "higher --max-delete)"
+                )
+            elif (
+                not opts.allow_empty
+                and held > 0
+                and plan.count("fetch") == 0
+                and held >= state.count(key)
+            ):
+                # Every resource of the set would go and none come: what a Source that lost
+                # its data (a database restored empty, a volume not mounted) publishes.
+                delete = False
+                report.incomplete = (
+                    f"the Source no longer lists any resource this copy holds ({held}): none "
+                    "deleted, all kept pending (check the Source, then run again with "
+                    "--allow-empty to delete them)"
                 )
         for uri, res in plan.rows("delete"):
             if not delete:

@@ -291,8 +291,12 @@ class StoreCopyState:
         ):
             yield uri, path, length, lastmod, parse_w3c(lastmod).timestamp() if lastmod else None
 
-    def count(self) -> int:
-        rows = self._q("SELECT count(*) FROM fleet_copy_resource WHERE copy_name = ?", (self.name,))
+    def count(self, set_key: str | None = None) -> int:
+        sql = "SELECT count(*) FROM fleet_copy_resource WHERE copy_name = ?"
+        args: tuple[str, ...] = (self.name,)
+        if set_key is not None:
+            sql, args = sql + " AND set_key = ?", (*args, set_key)
+        rows = self._q(sql, args)
         return int(rows[0][0])
 
     # -- cursor ---------------------------------------------------------------------------

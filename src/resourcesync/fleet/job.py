@@ -48,6 +48,7 @@ def _options(
         state=state,
         delete=entry.delete,
         max_delete=entry.max_delete,
+        allow_empty=entry.allow_empty,
         via=entry.via,
         baseline=baseline,
         per_host=requests,

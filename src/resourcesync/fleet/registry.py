@@ -72,6 +72,9 @@ class Entry:
     #: With `delete`: a sync that would delete more than this many files deletes none (they
     #: stay pending, the run is not ok) — as `sync --max-delete`. None: no limit.
     max_delete: int | None = None
+    #: With `delete`: a sync may empty the copy when the Source lists nothing (by default it
+    #: deletes none and is not ok) — as `sync --allow-empty`.
+    allow_empty: bool = False
 
     def check(self) -> None:
         """Raise ValueError naming what is wrong with this entry."""
@@ -124,7 +127,7 @@ def _count(raw: Mapping[str, Any], key: str) -> int | None:
 
 def _entry(raw: Mapping[str, Any]) -> Entry:
     known = {"name", "source", "dest", "every", "via", "delete", "follow", "headers", "header"}
-    known.add("max_delete")
+    known |= {"max_delete", "allow_empty"}
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
@@ -151,6 +154,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         headers=headers,
         follow=_flag(raw, "follow"),
         max_delete=_count(raw, "max_delete"),
+        allow_empty=_flag(raw, "allow_empty"),
     )
     entry.check()
     return entry
@@ -158,8 +162,8 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
 
 def read_entries(path: Path) -> Iterator[Entry]:
     """The entries of a TOML (`[[source]]` tables) or CSV (a header row naming the columns:
-    name, source, and optionally dest, every, via, delete, max_delete, follow, header) file. Bad
-    input raises a FleetError naming the file and line (CSV) or entry (TOML)."""
+    name, source, and optionally dest, every, via, delete, max_delete, allow_empty, follow,
+    header) file. Bad input raises a FleetError naming the file and line (CSV) or entry (TOML)."""
     try:
         if path.suffix.lower() == ".toml":
             with path.open("rb") as f:

@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS fleet_source (
   done_ticket BIGINT NOT NULL DEFAULT 0,
   follow INTEGER NOT NULL DEFAULT 0,
   woken DOUBLE PRECISION,
-  max_delete INTEGER
+  max_delete INTEGER,
+  allow_empty INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS fleet_source_next_run ON fleet_source (next_run);
 CREATE TABLE IF NOT EXISTS fleet_meta (
@@ -63,12 +64,13 @@ ADDED = (
     ("follow", "INTEGER NOT NULL DEFAULT 0"),
     ("woken", "DOUBLE PRECISION"),
     ("max_delete", "INTEGER"),
+    ("allow_empty", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 _COLUMNS = (
     "name, source, dest, every, via, apply_delete, headers, added, next_run, last_run, seconds, "
     "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket, follow, "
-    "woken, max_delete"
+    "woken, max_delete, allow_empty"
 )
 
 
@@ -123,6 +125,7 @@ def _row(r: Sequence[Any]) -> Row:
         headers=json.loads(r[6]),
         follow=bool(r[21]),
         max_delete=r[23],
+        allow_empty=bool(r[24]),
     )
     return Row(
         entry=entry,
@@ -243,6 +246,7 @@ class SQLStore:
                     json.dumps(dict(e.headers)),
                     int(e.follow),
                     e.max_delete,
+                    int(e.allow_empty),
                 )
                 exists = self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (e.name,))
                 if exists and not replace:
@@ -250,14 +254,15 @@ class SQLStore:
                 if exists:
                     self._execute(
                         "UPDATE fleet_source SET source = ?, dest = ?, every = ?, via = ?, "
-                        "apply_delete = ?, headers = ?, follow = ?, max_delete = ? WHERE name = ?",
+                        "apply_delete = ?, headers = ?, follow = ?, max_delete = ?, "
+                        "allow_empty = ? WHERE name = ?",
                         (*values, e.name),
                     )
                 else:
                     self._execute(
                         "INSERT INTO fleet_source (name, source, dest, every, via, apply_delete,"
-                        " headers, follow, max_delete, added, next_run)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " headers, follow, max_delete, allow_empty, added, next_run)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (e.name, *values, now, now),
                     )
                 n += 1
