@@ -168,6 +168,67 @@ def test_the_cursor_is_the_latest_change_applied_not_the_last_listed(tmp_path: P
         assert (code, _set(summary)["changes"], _set(summary)["fetched"]) == (0, 0, 0), summary
 
 
+def test_a_source_whose_history_went_back_is_not_followed_as_if_nothing_changed(
+    tmp_path: Path,
+) -> None:
+    """A Source restored from a backup lists its changes up to the backup, then what changed
+    since the restore: lists that reach back to the change this copy last applied (`from` no
+    later), go on past it, and no longer hold it (nor a later change of the same resource) are
+    not the history the copy followed (core §12.1: every change is listed, once per change).
+    The run applies nothing and says so (exit 1; it said ok over a copy holding what the
+    Source no longer had); a baseline recovers. A list that dropped the entry for a later
+    change of the same resource is not that, nor one that ends before the cursor."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        early = entry(b, "/a.txt", b"a", change="updated", datetime="2024-01-01T06:00:00Z")
+        made = entry(b, "/made.txt", b"m", change="created", datetime="2024-01-02T00:00:00Z")
+        src.files["/made.txt"] = b"m"
+        src.docs["/changelist.xml"] = urlset("changelist", [early, made], **{"from": AT})
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and tree(dest) == {"a.txt": b"a", "made.txt": b"m"}, summary
+        # Restored from the backup of 2024-01-01T12:00: `made.txt` is gone, and a change made
+        # since then is listed.
+        del src.files["/made.txt"]
+        src.files["/new.txt"] = b"n"
+        new = entry(b, "/new.txt", b"n", change="created", datetime="2024-01-03T00:00:00Z")
+        src.docs["/changelist.xml"] = urlset("changelist", [early, new], **{"from": AT})
+        for delete in ((), ("--delete",)):
+            code, summary = cli_json("sync", b, dest, *delete)
+            gap = _set(summary)["gap"] or ""
+            assert code == 1, summary
+            assert "no longer list the change this copy last applied" in gap
+            assert f"{b}/made.txt" in gap and "--baseline" in gap
+            assert tree(dest) == {"a.txt": b"a", "made.txt": b"m"}
+            assert _set(summary)["cursor"] is None or "2024-01-02" in _set(summary)["cursor"]
+        assert cli("audit", b, dest).exit_code == 1
+        src.publish([entry(b, "/a.txt", b"a"), entry(b, "/new.txt", b"n")], at=AT)
+        src.docs["/changelist.xml"] = urlset("changelist", [early, new], **{"from": AT})
+        code, summary = cli_json("sync", b, dest, "--baseline", "--delete")
+        assert code == 0 and tree(dest) == {"a.txt": b"a", "new.txt": b"n"}, summary
+        assert cli("audit", b, dest).exit_code == 0
+        # A Source that keeps only the latest change of a resource: not a history that went
+        # back (the change at the cursor was superseded, and the later one is listed).
+        src.files["/new.txt"] = b"n2"
+        again = entry(b, "/new.txt", b"n2", change="updated", datetime="2024-01-04T00:00:00Z")
+        src.docs["/changelist.xml"] = urlset("changelist", [early, new, again], **{"from": AT})
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and tree(dest)["new.txt"] == b"n2", summary
+        src.files["/new.txt"] = b"n3"
+        last = entry(b, "/new.txt", b"n3", change="updated", datetime="2024-01-05T00:00:00Z")
+        src.docs["/changelist.xml"] = urlset("changelist", [early, last], **{"from": AT})
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and tree(dest)["new.txt"] == b"n3", summary
+        # Lists that end before the copy's cursor may only be late (a notification runs
+        # ahead of them): nothing to apply, not a history that changed.
+        src.docs["/changelist.xml"] = urlset("changelist", [early], **{"from": AT})
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and _set(summary)["gap"] is None, summary
+
+
 def test_a_later_change_supersedes_a_remembered_failure(tmp_path: Path) -> None:
     """A fetch that failed is retried by the next run — unless a later change superseded it:
     a deletion, or an update with a new length and digest (issue 10.7, seen against

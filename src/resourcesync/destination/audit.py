@@ -169,7 +169,7 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any) -> None:
     cl = s.url("changelist")
     if cl is None or at is None:
         return
-    lists, gap = lists_covering(client, cl, s, at)
+    lists, gap, _ = lists_covering(client, cl, s, at)
     if lists is None:
         raise ReadError(f"cannot tell what the copy should hold: {gap}", source=cl)
 

@@ -478,10 +478,36 @@ class Planner:
                 "the Source offers no Change List to follow (use --baseline)",
                 source=s.capabilitylist,
             )
-        lists = self.covering_lists(url, s, cursor, report)
+        lists, covered = self._covering(url, s, cursor, report)
         if lists is None:
             return cursor
-        return self.changes(self.entries(lists, report), plan, report, cursor)
+        listed = later = False
+
+        def watched(entries: Iterable[Resource]) -> Iterator[Resource]:
+            nonlocal listed, later
+            for res in entries:
+                t = res.datetime
+                if t is not None and t >= cursor.datetime:
+                    later = later or t > cursor.datetime
+                    listed = listed or res.loc == cursor.uri
+                yield res
+
+        last = self.changes(watched(self.entries(lists, report)), plan, report, cursor)
+        if cursor.uri and covered and later and not listed:
+            # Every change is listed, once per change (core §12.1): lists that reach back to
+            # the change this copy last applied, go on past it, and do not hold it (nor a
+            # later change of the same resource) are not the history this copy followed. The
+            # Source was restored from a backup, or rewrote its lists: what the copy applied
+            # since may be gone or different there, and no change list will say so. Nothing
+            # is applied; a baseline brings the copy to what the Source holds now. (Lists
+            # that end before it may only be late: a notification can run ahead of them.)
+            report.gap = (
+                f"the Source's Change Lists reach back to {format_w3c(cursor.datetime)} but no "
+                f"longer list the change this copy last applied ({cursor.uri} at that time): "
+                "its history changed (restored from a backup?), so what the copy applied "
+                "since may differ from the Source (run with --baseline)"
+            )
+        return last
 
     def entries(self, lists: list[str], report: SetReport) -> Iterator[Resource]:
         def warn(reader: DocumentReader) -> None:
@@ -567,10 +593,17 @@ class Planner:
     def covering_lists(
         self, url: str, s: SetInfo, cursor: Cursor, report: SetReport
     ) -> list[str] | None:
-        lists, gap = lists_covering(self.run.client, url, s, cursor.datetime)
+        return self._covering(url, s, cursor, report)[0]
+
+    def _covering(
+        self, url: str, s: SetInfo, cursor: Cursor, report: SetReport
+    ) -> tuple[list[str] | None, bool]:
+        """The lists covering the changes after `cursor` (None: a gap, said in the report),
+        and whether they say (by their `from`) that they reach back to its time."""
+        lists, gap, earliest = lists_covering(self.run.client, url, s, cursor.datetime)
         if gap is not None:
             report.gap = gap
-        return lists
+        return lists, earliest is not None and earliest <= cursor.datetime
 
 
 def change_entries(
@@ -613,10 +646,10 @@ def change_entries(
 
 def lists_covering(
     client: Any, url: str, s: SetInfo, after: datetime
-) -> tuple[list[str] | None, str | None]:
+) -> tuple[list[str] | None, str | None, datetime | None]:
     """The Change Lists (in order) that together cover every change after `after`, the
     Change List Archive included; or (None, why) when the Source no longer lists some of that
-    time (a gap)."""
+    time (a gap). Third: the earliest `from` of the lists (None when they give none)."""
     candidates: dict[str, tuple[datetime | None, datetime | None]] = {}
     archive = None
     todo = [url]
@@ -649,10 +682,12 @@ def lists_covering(
                         candidates.setdefault(res.loc, (res.from_, res.until))
         earliest = min((f for f, _ in candidates.values() if f is not None), default=None)
     if earliest is not None and earliest > after:
-        return None, (
+        return (
+            None,
             f"the Source lists changes from {format_w3c(earliest)} on; this copy is at "
             f"{format_w3c(after)}: the changes between are no longer listed "
-            "(run with --baseline)"
+            "(run with --baseline)",
+            earliest,
         )
     chosen = [(f, u, loc) for loc, (f, u) in candidates.items() if u is None or u >= after]
     chosen.sort(key=lambda x: (x[0] is None, x[0] or after))
@@ -660,12 +695,14 @@ def lists_covering(
     # unlisted (core §12.2: the lists of an index are contiguous) — a gap (issue 10.2).
     for (_, until, loc), (start, _, next_loc) in itertools.pairwise(chosen):
         if until is not None and start is not None and until < start:
-            return None, (
+            return (
+                None,
                 f"the Change List {loc} ends at {format_w3c(until)} but the next one, "
                 f"{next_loc}, starts at {format_w3c(start)}: the changes between are not "
-                "listed (run with --baseline)"
+                "listed (run with --baseline)",
+                earliest,
             )
-    return [loc for _, _, loc in chosen], None
+    return [loc for _, _, loc in chosen], None, earliest
 
 
 def _current_changelist(client: Any, doc: Any) -> str | None:
