@@ -229,6 +229,73 @@ def test_a_source_whose_history_went_back_is_not_followed_as_if_nothing_changed(
         assert code == 0 and _set(summary)["gap"] is None, summary
 
 
+def test_an_edit_that_keeps_the_length_is_fetched_from_a_source_without_digests(
+    tmp_path: Path,
+) -> None:
+    """A Source that gives no digest (the spec makes them optional): a listed update, or a
+    Resource List whose `<lastmod>` moved, with the same length as the copy holds is fetched
+    (asked with the copy's validators). It was counted unchanged, and the run said ok over a
+    copy that kept the old bytes (an edit often keeps the length: a digit, a date, a flag).
+    Length and `<lastmod>` both as recorded: not asked for (rsync's quick check). A 304 for a
+    moved `<lastmod>` keeps the file and records the new time. `audit` compares the same."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        t2, t3, t4 = "2024-01-02T00:00:00Z", "2024-01-03T00:00:00Z", "2024-01-04T00:00:00Z"
+
+        def plain(rel: str, body: bytes, **extra: Any) -> dict[str, Any]:
+            return {"loc": b + rel, "length": len(body), **extra}
+
+        async def validated(request: Any) -> Any:
+            from starlette.responses import Response
+
+            if request.headers.get("if-none-match") == '"c1"':
+                return Response(status_code=304, headers={"ETag": '"c1"'})
+            return Response(b"cccc", headers={"ETag": '"c1"'})
+
+        src.files["/a.txt"] = b"aaaa"
+        src.files["/b.txt"] = b"bbbb"
+        src.handlers["/c.txt"] = validated
+        listed = {
+            "/a.txt": plain("/a.txt", b"aaaa", lastmod=AT),
+            "/b.txt": plain("/b.txt", b"bbbb", lastmod=AT),
+            "/c.txt": plain("/c.txt", b"cccc", lastmod=AT),
+        }
+        src.publish(list(listed.values()), at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        # A listed update that keeps the length.
+        src.files["/a.txt"] = b"AAAA"
+        listed["/a.txt"] = plain("/a.txt", b"AAAA", lastmod=t2)
+        update = {**listed["/a.txt"], "change": "updated", "datetime": t2}
+        src.docs["/changelist.xml"] = urlset("changelist", [update], **{"from": AT})
+        # `audit` compares the <lastmod> recorded with what the copy holds, too (it said in
+        # sync by the length alone).
+        assert cli("audit", b, dest).exit_code == 1
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and tree(dest)["a.txt"] == b"AAAA", summary
+        assert cli("audit", b, dest).exit_code == 0
+        # A baseline: b's <lastmod> moved, its length did not.
+        src.files["/b.txt"] = b"BBBB"
+        listed["/b.txt"] = plain("/b.txt", b"BBBB", lastmod=t3)
+        src.publish(list(listed.values()), at=t3)
+        before = dict(src.hits)
+        code, summary = cli_json("sync", b, dest, "--baseline")
+        assert code == 0 and tree(dest)["b.txt"] == b"BBBB", summary
+        assert src.hits["/a.txt"] == before["/a.txt"]  # as recorded: not asked for
+        assert src.hits["/c.txt"] == before["/c.txt"]
+        # c's <lastmod> moves, its bytes do not: one conditional request, 304, kept.
+        listed["/c.txt"] = plain("/c.txt", b"cccc", lastmod=t4)
+        src.publish(list(listed.values()), at=t4)
+        before = dict(src.hits)
+        code, summary = cli_json("sync", b, dest, "--baseline")
+        assert code == 0 and _set(summary)["not_modified"] == 1, summary
+        assert src.hits["/c.txt"] == before["/c.txt"] + 1
+        assert tree(dest) == {"a.txt": b"AAAA", "b.txt": b"BBBB", "c.txt": b"cccc"}
+        code, summary = cli_json("sync", b, dest, "--baseline")
+        assert code == 0 and src.hits["/c.txt"] == before["/c.txt"] + 1, summary
+        assert cli("audit", b, dest).exit_code == 0
+
+
 def test_a_later_change_supersedes_a_remembered_failure(tmp_path: Path) -> None:
     """A fetch that failed is retried by the next run — unless a later change superseded it:
     a deletion, or an update with a new length and digest (issue 10.7, seen against

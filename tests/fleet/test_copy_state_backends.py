@@ -68,6 +68,7 @@ from tests.destination.test_trust import (  # noqa: F401
     test_a_later_change_supersedes_a_remembered_failure,
     test_a_pending_deletion_superseded_by_a_re_creation_is_not_applied,
     test_a_source_whose_history_went_back_is_not_followed_as_if_nothing_changed,
+    test_an_edit_that_keeps_the_length_is_fetched_from_a_source_without_digests,
     test_lastmod_without_datetime_is_not_the_time_of_the_change,
     test_the_cursor_is_the_latest_change_applied_not_the_last_listed,
     test_two_uris_never_share_one_local_file,

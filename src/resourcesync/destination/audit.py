@@ -16,6 +16,7 @@ from ..errors import ReadError
 from ..http import make_client
 from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX
+from ..w3cdt import parse_w3c
 from .discover import SetInfo, discover
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import SyncOptions, scoped
@@ -37,7 +38,8 @@ def audit(
 ) -> AuditReport:
     """Compare DEST with the Source's current state: its Resource List plus the changes listed
     after the Resource List's `at`. Missing, extra and different resources (by digest when both
-    sides have one, else by length)."""
+    sides have one; else by length, and by `<lastmod>` against the one the copy's state
+    recorded with what it holds)."""
     source, dest = os.fspath(source), Path(dest)
     opts = scoped(options or SyncOptions(), source)
     started = time.monotonic()
@@ -67,6 +69,8 @@ def audit(
             _expected_state(s, db, client)
         # Every local path accounted for (expected, or already reported as extra).
         db.execute("CREATE TABLE accounted (path TEXT PRIMARY KEY)")
+        # The `<lastmod>` the copy recorded with each resource it holds.
+        db.execute("CREATE TABLE recorded (uri TEXT PRIMARY KEY, lastmod TEXT)")
         mirror.check_state_dir(create=False)
         state_path = mirror.state_dir / STATE_FILE
         # The copy's state, where it is kept (a fleet keeps it in its store): the URIs it
@@ -77,6 +81,11 @@ def audit(
                 for known in state.all_known():
                     if excluded(known.uri):
                         continue
+                    if known.lastmod is not None:
+                        db.execute(
+                            "INSERT OR REPLACE INTO recorded VALUES (?, ?)",
+                            (known.uri, _recorded_stamp(known.lastmod)),
+                        )
                     row = db.execute(
                         "SELECT gone FROM expected WHERE uri = ?", (known.uri,)
                     ).fetchone()
@@ -92,8 +101,9 @@ def audit(
                                 )
                         except UnsafePath:
                             pass
-        for uri, length, hashes in db.execute(
-            "SELECT uri, length, hashes FROM expected WHERE gone = 0 ORDER BY uri"
+        for uri, length, hashes, lastmod, recorded in db.execute(
+            "SELECT e.uri, e.length, e.hashes, e.lastmod, r.lastmod FROM expected e "
+            "LEFT JOIN recorded r ON r.uri = e.uri WHERE e.gone = 0 ORDER BY e.uri"
         ):
             if excluded(uri):
                 continue
@@ -120,6 +130,10 @@ def audit(
             same = (length is None or size == length) and all(
                 digests.get(a) == want[a] for a in algos[:1]
             )
+            if same and not algos and lastmod is not None and recorded is not None:
+                # No digest to compare: the length says little (an edit often keeps it); the
+                # Source's <lastmod> against the one recorded with what the copy holds does.
+                same = lastmod == recorded
             if same:
                 report.in_sync += 1
             else:
@@ -199,6 +213,13 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any) -> None:
                 _stamp(res.lastmod),
             ),
         )
+
+
+def _recorded_stamp(text: str) -> str | None:
+    try:
+        return _stamp(parse_w3c(text))
+    except ValueError:
+        return None
 
 
 def _stamp(t: datetime | None) -> str | None:

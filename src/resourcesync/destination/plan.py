@@ -265,14 +265,36 @@ def undated_sig(res: Resource) -> str:
     )
 
 
-def same(known_hashes: dict[str, str], known_length: int | None, res: Resource) -> bool:
-    """Whether what we hold is what the Source describes (by digest when both have one)."""
+def same(
+    known_hashes: dict[str, str],
+    known_length: int | None,
+    res: Resource,
+    known_lastmod: str | None = None,
+) -> bool:
+    """Whether what we hold is what the Source describes: by digest when both give one; else
+    (a Source that gives none, or another algorithm) by length and `<lastmod>` both (rsync's
+    quick check, against the `<lastmod>` recorded with what we hold: `known_lastmod`). A
+    length alone is no evidence: an edit often keeps it (a digit, a date, a flag)."""
     common = [a for a in res.hashes if a in known_hashes]
     if common:
         return all(known_hashes[a] == res.hashes[a] for a in common) and (
             res.length is None or known_length is None or res.length == known_length
         )
-    return res.length is not None and res.length == known_length and bool(known_hashes)
+    return (
+        res.length is not None
+        and res.length == known_length
+        and bool(known_hashes)
+        and res.lastmod is not None
+        and known_lastmod is not None
+        and _same_time(known_lastmod, res.lastmod)
+    )
+
+
+def _same_time(recorded: str, lastmod: datetime) -> bool:
+    try:
+        return parse_w3c(recorded) == lastmod
+    except ValueError:
+        return False
 
 
 class Planner:
@@ -387,7 +409,7 @@ class Planner:
         known = None if self._empty else self.run.state.known(uri)
         if (
             known is not None
-            and same(known.hashes, known.length, res)
+            and same(known.hashes, known.length, res, known.lastmod)
             and self.intact(uri, path, known, res)
         ):
             report.unchanged += 1
@@ -576,7 +598,9 @@ class Planner:
                 plan.drop(uri)
             else:
                 report.changes += 1
-        # A fetch planned for something we already hold as described is not needed.
+        # A fetch planned for something we already hold as described is not needed: a
+        # change listed after the cursor is one unless its digest says we hold it (without
+        # one it is asked for with the copy's validators: a 304 costs little).
         for uri, res in plan.rows("fetch"):
             known = state.known(uri)
             if known is not None and same(known.hashes, known.length, res):

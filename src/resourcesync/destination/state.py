@@ -141,6 +141,8 @@ class Known:
     last_modified: str | None
     #: The links the Source gave for it (`link_json` form), as of the last time it was listed.
     links: list[dict[str, Any]] = field(default_factory=list)
+    #: The Source's `<lastmod>` for what we hold (W3C Datetime), as of when it was recorded.
+    lastmod: str | None = None
 
 
 class CopyState(Protocol):
@@ -241,13 +243,15 @@ class DestinationState:
 
     def known(self, uri: str) -> Known | None:
         row = self.db.execute(
-            "SELECT uri, path, length, hashes, etag, last_modified, links FROM resources "
+            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod FROM resources "
             "WHERE uri = ?",
             (uri,),
         ).fetchone()
         if row is None:
             return None
-        return Known(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], links_of(row[6]))
+        return Known(
+            row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], links_of(row[6]), row[7]
+        )
 
     def record(
         self,
@@ -302,11 +306,11 @@ class DestinationState:
 
     def all_known(self) -> Iterator[Known]:
         for row in self.db.execute(
-            "SELECT uri, path, length, hashes, etag, last_modified, links FROM resources "
+            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod FROM resources "
             "ORDER BY uri"
         ):
             yield Known(
-                row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], links_of(row[6])
+                row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], links_of(row[6]), row[7]
             )
 
     def held(self, set_key: str) -> Iterator[Held]:

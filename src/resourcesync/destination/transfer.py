@@ -212,13 +212,36 @@ class Transfer:
                         if (
                             known is not None
                             and local is not None
-                            and (not res.hashes or same(known.hashes, known.length, res))
+                            and (
+                                not res.hashes
+                                or same(known.hashes, known.length, res, known.lastmod)
+                            )
                             and self._verified_copy(uri, local, known.length, known.hashes)
                         ):
                             report.not_modified += 1
                             state.clear_failure(uri)
-                            keep_links(state, known, res)
                             mirror.keep_time(str(local), res.lastmod)
+                            if res.lastmod is not None and not same(
+                                known.hashes, known.length, res, known.lastmod
+                            ):
+                                # Recorded with the Source's new <lastmod> (and the links it
+                                # gives now): the next run's quick check holds again.
+                                self._records.append(
+                                    (
+                                        uri,
+                                        known.path,
+                                        known.length,
+                                        known.hashes,
+                                        res.lastmod,
+                                        response.headers.get("ETag") or known.etag,
+                                        response.headers.get("Last-Modified")
+                                        or known.last_modified,
+                                        key,
+                                        res.links,
+                                    )
+                                )
+                            else:
+                                keep_links(state, known, res)
                             return False
                         continue  # the Source says otherwise: fetch it unconditionally
                     await self._receive(response, uri, uri, res, key, report, known is None, at)

@@ -202,14 +202,14 @@ class StoreCopyState:
 
     def known(self, uri: str) -> Known | None:
         rows = self._q(
-            "SELECT uri, path, length, hashes, etag, last_modified, links FROM "
+            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod FROM "
             "fleet_copy_resource WHERE copy_name = ? AND uri = ?",
             (self.name, uri),
         )
         if not rows:
             return None
         r = rows[0]
-        return Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]))
+        return Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]), r[7])
 
     def record(
         self,
@@ -277,11 +277,11 @@ class StoreCopyState:
 
     def all_known(self) -> Iterator[Known]:
         for r in self._paged(
-            "SELECT uri, path, length, hashes, etag, last_modified, links FROM "
+            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod FROM "
             "fleet_copy_resource WHERE copy_name = ? AND uri > ? ORDER BY uri LIMIT ?",
             (self.name,),
         ):
-            yield Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]))
+            yield Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]), r[7])
 
     def held(self, set_key: str) -> Iterator[Held]:
         for uri, path, length, lastmod in self._paged(
