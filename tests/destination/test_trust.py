@@ -202,6 +202,7 @@ def test_a_source_whose_history_went_back_is_not_followed_as_if_nothing_changed(
             assert code == 1, summary
             assert "no longer list the change this copy last applied" in gap
             assert f"{b}/made.txt" in gap and "--baseline" in gap
+            assert (_set(summary)["changes"], _set(summary)["fetched"]) == (0, 0)
             assert tree(dest) == {"a.txt": b"a", "made.txt": b"m"}
             assert _set(summary)["cursor"] is None or "2024-01-02" in _set(summary)["cursor"]
         assert cli("audit", b, dest).exit_code == 1

@@ -529,6 +529,7 @@ class Planner:
                 "its history changed (restored from a backup?), so what the copy applied "
                 "since may differ from the Source (run with --baseline)"
             )
+            report.changes = report.unchanged = 0  # nothing of the plan is applied
         return last
 
     def entries(self, lists: list[str], report: SetReport) -> Iterator[Resource]:
