@@ -247,12 +247,15 @@ def test_an_edit_that_keeps_the_length_is_fetched_from_a_source_without_digests(
         def plain(rel: str, body: bytes, **extra: Any) -> dict[str, Any]:
             return {"loc": b + rel, "length": len(body), **extra}
 
+        served = {"/c.txt": b"cccc"}
+
         async def validated(request: Any) -> Any:
+            # An ETag that never changes (as a server's weak, time-based ones can).
             from starlette.responses import Response
 
             if request.headers.get("if-none-match") == '"c1"':
                 return Response(status_code=304, headers={"ETag": '"c1"'})
-            return Response(b"cccc", headers={"ETag": '"c1"'})
+            return Response(served[request.url.path], headers={"ETag": '"c1"'})
 
         src.files["/a.txt"] = b"aaaa"
         src.files["/b.txt"] = b"bbbb"
@@ -295,6 +298,12 @@ def test_an_edit_that_keeps_the_length_is_fetched_from_a_source_without_digests(
         code, summary = cli_json("sync", b, dest, "--baseline")
         assert code == 0 and src.hits["/c.txt"] == before["/c.txt"] + 1, summary
         assert cli("audit", b, dest).exit_code == 0
+        # A 304 while the list gives another length: the list wins, c is fetched whole.
+        served["/c.txt"] = b"ccccc"
+        listed["/c.txt"] = plain("/c.txt", b"ccccc", lastmod=t4)
+        src.publish(list(listed.values()), at=t4)
+        code, summary = cli_json("sync", b, dest, "--baseline")
+        assert code == 0 and tree(dest)["c.txt"] == b"ccccc", summary
 
 
 def test_a_later_change_supersedes_a_remembered_failure(tmp_path: Path) -> None:

@@ -213,8 +213,11 @@ class Transfer:
                             known is not None
                             and local is not None
                             and (
-                                not res.hashes
-                                or same(known.hashes, known.length, res, known.lastmod)
+                                same(known.hashes, known.length, res, known.lastmod)
+                                if res.hashes
+                                # A 304 against a list that gives another length: the list
+                                # is the Source's word (a weak or stale validator is not).
+                                else res.length is None or res.length == known.length
                             )
                             and self._verified_copy(uri, local, known.length, known.hashes)
                         ):
