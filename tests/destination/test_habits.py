@@ -205,10 +205,14 @@ def test_a_source_that_suddenly_lists_nothing_empties_no_copy_by_default(tmp_pat
             assert tree(dest) == {"f0.txt": b"x"}, extra
         result = cli("sync", src.root, dest, "--delete")
         assert result.exit_code == 1
-        assert "--allow-empty" in result.stderr + result.stdout
+        said = result.stderr + result.stdout
+        assert "--allow-empty" in said and "1 deletion pending" in said
+        # Held back for the reason said, not for want of --delete.
+        assert "use --delete" not in said and "(--delete)" not in said
         # Without --delete nothing is deleted anyway: pending, as for any deletion.
         code, summary = cli_json("sync", src.root, dest)
         assert set_report(summary)["incomplete"] is None
+        assert "1 deletion pending (use --delete)" in cli("sync", src.root, dest).stderr
         code, summary = cli_json("sync", src.root, dest, "--delete", "--allow-empty")
         assert code == 0 and tree(dest) == {}, summary
         # An empty copy following an empty Source is in sync.

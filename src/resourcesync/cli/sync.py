@@ -306,11 +306,11 @@ class _LogFile:
         stamp = format_w3c(datetime.now(UTC).replace(microsecond=0))
         self.file.write(f"{stamp} {line}\n")
 
-    def report(self, report: SyncReport) -> None:
+    def report(self, report: SyncReport, *, delete: bool = False) -> None:
         from ..iri import display_iri
 
         for s in report.sets:
-            self.write(_set_line(s, report.dry_run))
+            self.write(_set_line(s, report.dry_run, delete))
             for what in (s.gap and f"gap: {s.gap}", s.incomplete):
                 if what:
                     self.write(f"{s.name}: {what}")
@@ -322,7 +322,10 @@ class _LogFile:
         self.file.close()
 
 
-def _set_line(s: SetReport, dry_run: bool) -> str:
+def _set_line(s: SetReport, dry_run: bool, delete: bool = False) -> str:
+    """One set's line. `delete`: the run had --delete (deletions it left pending were held
+    back for a reason said on their own lines, not for want of the option)."""
+    hint = "" if delete else " (use --delete)"
     verb = "would fetch" if dry_run else "fetched"
     line = (
         f"{s.name}: {s.mode} via {s.via}: {verb} {s.planned if dry_run else s.fetched}"
@@ -331,7 +334,7 @@ def _set_line(s: SetReport, dry_run: bool) -> str:
     if s.mode == "incremental":
         line += f" ({plural(s.changes, 'change')})"
     if s.pending_deletes:
-        line += f", {plural(s.pending_deletes, 'deletion')} pending (use --delete)"
+        line += f", {plural(s.pending_deletes, 'deletion')} pending{hint}"
     if s.failed:
         line += f", {s.failed} FAILED"
     if s.refused:
@@ -341,15 +344,15 @@ def _set_line(s: SetReport, dry_run: bool) -> str:
     if s.changed_here:
         line += f", {s.changed_here} changed here"
     if s.strays:
-        line += f", {s.strays} not from the Source kept (use --delete)"
+        line += f", {s.strays} not from the Source kept{hint}"
     return line
 
 
-def _summary(report: SyncReport, *, quiet: bool = False) -> None:
+def _summary(report: SyncReport, *, quiet: bool = False, delete: bool = False) -> None:
     from ..iri import display_iri
 
     for s in report.sets:
-        line = _set_line(s, report.dry_run)
+        line = _set_line(s, report.dry_run, delete)
         if not quiet:
             click.echo(line, err=True)
         if s.gap:
@@ -363,10 +366,10 @@ def _summary(report: SyncReport, *, quiet: bool = False) -> None:
         if len(s.problems) > 20:
             click.echo(f"resourcesync: … and {len(s.problems) - 20} more problems", err=True)
     if not quiet:
-        click.echo(_sync_summary(report))
+        click.echo(_sync_summary(report, delete))
 
 
-def _sync_summary(report: SyncReport) -> str:
+def _sync_summary(report: SyncReport, delete: bool = False) -> str:
     """The run's one summary line (on stdout; the same shape as publish's and audit's)."""
     sets = report.sets
     total = {
@@ -386,6 +389,7 @@ def _sync_summary(report: SyncReport) -> str:
             "bytes",
         )
     }
+    option = "" if delete else " (--delete)"  # with it, held back for reasons said apart
     if report.dry_run:
         counts = [(total["planned"], "to fetch"), (total["pending_deletes"], "deletions pending")]
         verdict = "dry run"
@@ -397,12 +401,12 @@ def _sync_summary(report: SyncReport) -> str:
         ]
         verdict = "ok" if report.ok else "NOT ok"
     for key, label in (
-        ("pending_deletes", "deletions pending (--delete)"),
+        ("pending_deletes", "deletions pending" + option),
         ("failed", "failed"),
         ("refused", "refused"),
         ("excluded", "excluded"),
         ("changed_here", "changed here (fetched again)"),
-        ("strays", "files not from the Source kept (--delete)"),
+        ("strays", "files not from the Source kept" + option),
     ):
         if total[key] and not (report.dry_run and key == "pending_deletes"):
             if report.dry_run and key == "changed_here":
@@ -691,11 +695,11 @@ def _sync(
     else:
         report = run_sync(source, dest, opts)
     if log is not None:
-        log.report(report)
+        log.report(report, delete=opts.delete)
     if as_json:
         emit_json(report.to_json())
     else:
-        _summary(report, quiet=quiet)
+        _summary(report, quiet=quiet, delete=opts.delete)
     sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
 
 
@@ -754,7 +758,7 @@ def _follow(
     def event(kind: str, detail: Any) -> None:
         if log is not None:
             if hasattr(detail, "sets") and hasattr(detail, "dry_run"):
-                log.report(detail)
+                log.report(detail, delete=opts.delete)
             else:
                 log.write(f"{kind}: {detail}")
         if as_json:
@@ -766,7 +770,7 @@ def _follow(
             )
             sys.stdout.flush()
         elif hasattr(detail, "sets") and hasattr(detail, "dry_run"):
-            _summary(detail)
+            _summary(detail, delete=opts.delete)
         else:
             click.echo(_event_line(kind, detail), err=True)
 

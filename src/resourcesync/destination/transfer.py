@@ -400,7 +400,7 @@ class Transfer:
                 # its data (a database restored empty, a volume not mounted) publishes.
                 delete = False
                 report.incomplete = (
-                    f"the Source no longer lists any resource this copy holds ({held}): none "
+                    f"the Source no longer lists any resource this copy holds ({held:,}): none "
                     "deleted, all kept pending (check the Source, then run again with "
                     "--allow-empty to delete them)"
                 )
