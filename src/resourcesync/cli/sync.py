@@ -168,7 +168,7 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             metavar="N",
             help="With --delete: delete nothing when a run would delete more than N "
-            "resources (a Source that suddenly lists nothing), exit 1.",
+            "resources (a Source that suddenly lists far less), exit 1.",
         ),
         click.option(
             "--allow-empty",
