@@ -229,7 +229,7 @@ class Transfer:
                             ):
                                 # Recorded with the Source's new <lastmod> (and the links it
                                 # gives now): the next run's quick check holds again.
-                                self._records.append(
+                                self._record(
                                     (
                                         uri,
                                         known.path,
@@ -304,7 +304,7 @@ class Transfer:
         # Recorded in batches: a run killed before a batch is written fetches those few
         # again (the files themselves are in place and verified). A mirror's validators are
         # not the Source's: conditional requests go to `<loc>` only.
-        self._records.append(
+        self._record(
             (
                 uri,
                 mirror.stored(written.location),
@@ -318,8 +318,6 @@ class Transfer:
             )
         )
         report.link(uri, res.links)
-        if len(self._records) >= RECORD_BATCH:
-            self.flush_records()
         report.fetched += 1
         report.bytes += written.length
         self._tell("created" if new else "updated", uri)
@@ -365,6 +363,12 @@ class Transfer:
             except UnsafePath:
                 path = None
             on_action(Action(kind, uri, path))
+
+    def _record(self, row: tuple[Any, ...]) -> None:
+        """A verified resource to record (`CopyState.record`'s arguments), with the next batch."""
+        self._records.append(row)
+        if len(self._records) >= RECORD_BATCH:
+            self.flush_records()
 
     def flush_records(self) -> None:
         records, self._records = self._records, []
