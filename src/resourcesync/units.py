@@ -1,8 +1,10 @@
-"""Sizes as people write them on a command line or in a configuration file."""
+"""Sizes and durations as people write them on a command line or in a configuration file."""
 
 from __future__ import annotations
 
-__all__ = ["format_size", "parse_size"]
+import re
+
+__all__ = ["format_size", "parse_duration", "parse_size"]
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -29,3 +31,29 @@ def format_size(n: float) -> str:
         if n < 1024 or unit == "GiB":
             return f"{n:.1f} {unit}"
     return f"{n:.1f} GiB"  # pragma: no cover - the loop returns
+
+
+_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+def parse_duration(text: str | float) -> float:
+    """`3600`, `90s`, `15m`, `6h`, `1d`, `2w`, `1h30m` → seconds (zero allowed). ValueError
+    for anything else."""
+    if isinstance(text, int | float):
+        return float(text)
+    t = str(text).strip().lower()
+    try:
+        seconds = float(t)
+    except ValueError:
+        pos, seconds = 0, 0.0
+        for m in _DURATION.finditer(t):
+            if m.start() != pos:
+                break
+            seconds += float(m.group(1)) * _SECONDS[m.group(2)]
+            pos = m.end()
+        if pos != len(t) or not t:
+            raise ValueError(f"not a duration: {text!r} (say 90s, 15m, 6h, 1d)") from None
+    if seconds < 0:
+        raise ValueError(f"a duration cannot be negative: {text!r}")
+    return seconds

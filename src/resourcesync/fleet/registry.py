@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .. import units
 from ..errors import ResourceSyncError
 
 __all__ = ["Entry", "FleetError", "parse_duration", "read_entries"]
@@ -20,8 +21,6 @@ __all__ = ["Entry", "FleetError", "parse_duration", "read_entries"]
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 VIAS = ("auto", "lists", "dumps")
 DEFAULT_EVERY = 3600.0
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
 class FleetError(ResourceSyncError):
@@ -31,18 +30,7 @@ class FleetError(ResourceSyncError):
 
 def parse_duration(text: str) -> float:
     """Seconds in `text`: a number of seconds, or units like `90s`, `15m`, `6h`, `1d`, `1h30m`."""
-    t = text.strip().lower()
-    try:
-        seconds = float(t)
-    except ValueError:
-        pos, seconds = 0, 0.0
-        for m in _DURATION.finditer(t):
-            if m.start() != pos:
-                break
-            seconds += float(m.group(1)) * _UNITS[m.group(2)]
-            pos = m.end()
-        if pos != len(t) or not t:
-            raise ValueError(f"not a duration: {text!r} (say 90s, 15m, 6h, 1d)") from None
+    seconds = units.parse_duration(text)
     if seconds <= 0:
         raise ValueError(f"a duration must be positive, not {text!r}")
     return seconds

@@ -66,17 +66,11 @@ def parse_size(text: str | int) -> int:
 
 
 def parse_duration(text: str | int | float) -> float:
-    """`90s`, `15m`, `6h`, `1d`, `2w`, `3600` → seconds."""
-    if isinstance(text, int | float):
-        return float(text)
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    t = text.strip().lower()
+    """`90s`, `15m`, `6h`, `1d`, `2w`, `1h30m`, `3600` → seconds (see `resourcesync.units`)."""
     try:
-        if t and t[-1] in units:
-            return float(t[:-1]) * units[t[-1]]
-        return float(t)
-    except ValueError:
-        raise ConfigError(f"not a duration: {text!r} (e.g. 90s, 15m, 6h, 1d)") from None
+        return units.parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 #: By default a run writes a new Resource List (and Resource Dump) when the last one is a day
