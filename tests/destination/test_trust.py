@@ -672,3 +672,120 @@ def test_an_index_of_10000_parts_is_read_whole(tmp_path: Path) -> None:
         assert code == 0, summary
         assert _set(summary)["incomplete"] is None
         assert tree(dest) == {"last.txt": b"the last part's"}
+
+
+def _synced_to_x(src: Any, dest: Path, *paths: str) -> dict[str, Any]:
+    """A Source holding `paths` (each file's body its name) baselined into `dest`, then
+    `/x.txt` created on 2024-01-03 and synced: the copy's cursor is at x. Returns x's entry."""
+    b = src.base
+    for rel in paths:
+        src.files[rel] = rel[1:2].encode()
+    src.publish([entry(b, rel, src.files[rel]) for rel in paths], at=AT)
+    assert cli("sync", b, dest).exit_code == 0
+    src.files["/x.txt"] = b"x"
+    x = entry(b, "/x.txt", b"x", change="created", datetime="2024-01-03T00:00:00Z")
+    src.docs["/changelist.xml"] = urlset("changelist", [x], **{"from": AT})
+    code, summary = cli_json("sync", b, dest)
+    assert (code, _set(summary)["changes"]) == (0, 1), summary
+    return x
+
+
+def test_a_change_listed_out_of_chronological_order_is_not_skipped(tmp_path: Path) -> None:
+    """Core §12.1: a Change List is in forward chronological order, and a Destination finds
+    its first unprocessed change by that order, the change's datetime and its URI. A Source
+    that dates a change too early — by the file's preserved mtime (`cp -p`, `tar x`), or by
+    a transaction's start that committed after a later one — lists it after changes dated
+    later, or in a list whose `from` is later. Skipped for its date, the change was lost for
+    good, and `sync` and `audit` both said in sync over a copy without the file. The order
+    listed is taken as the truth: an entry is no earlier than what precedes it (nor than its
+    list's `from`), with a warning; the validator still calls it an error."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        x = _synced_to_x(src, dest, "/a.txt")
+        # Appended after the change the copy last applied, dated before it.
+        src.files["/y.txt"] = b"y"
+        y = entry(b, "/y.txt", b"y", change="created", datetime="2024-01-02T00:00:00Z")
+        src.docs["/changelist.xml"] = urlset("changelist", [x, y], **{"from": AT})
+        code, summary = cli_json("sync", b, dest)
+        assert (code, _set(summary)["changes"], _set(summary)["fetched"]) == (0, 1, 1), summary
+        assert tree(dest)["y.txt"] == b"y"
+        warned = [p["message"] for p in _set(summary)["problems"]]
+        assert any("out of chronological order" in m and "y.txt" in m for m in warned), warned
+        code, summary = cli_json("sync", b, dest)
+        assert (code, _set(summary)["changes"], _set(summary)["fetched"]) == (0, 0, 0), summary
+        # In the next list (its `from` after the copy's cursor), dated long before: a file
+        # copied in with its old mtime kept.
+        src.files["/old.txt"] = b"old"
+        old = entry(b, "/old.txt", b"old", change="created", datetime="2023-06-01T00:00:00Z")
+        src.docs["/changelist.xml"] = sitemapindex(
+            "changelist",
+            [
+                {"loc": f"{b}/cl1.xml", "from": AT, "until": "2024-01-04T00:00:00Z"},
+                {"loc": f"{b}/cl2.xml", "from": "2024-01-04T00:00:00Z"},
+            ],
+            **{"from": AT},
+        )
+        src.docs["/cl1.xml"] = urlset(
+            "changelist", [x, y], **{"from": AT, "until": "2024-01-04T00:00:00Z"}
+        )
+        src.docs["/cl2.xml"] = urlset("changelist", [old], **{"from": "2024-01-04T00:00:00Z"})
+        code, summary = cli_json("sync", b, dest)
+        assert (code, _set(summary)["changes"], _set(summary)["fetched"]) == (0, 1, 1), summary
+        assert tree(dest) == {"a.txt": b"a", "x.txt": b"x", "y.txt": b"y", "old.txt": b"old"}
+        code, summary = cli_json("sync", b, dest)
+        assert (code, _set(summary)["changes"], _set(summary)["fetched"]) == (0, 0, 0), summary
+        assert cli("audit", b, dest).exit_code == 0
+        # The validator still calls the lists wrong.
+        assert cli("validate", f"{b}/cl2.xml").exit_code == 1
+
+
+def test_a_change_that_appears_late_behind_the_cursor_is_applied(tmp_path: Path) -> None:
+    """A Source that builds its Change List from a database, sorted by change time, lists a
+    change whose transaction committed after a later one had been read at that change's
+    (earlier) time: behind the change this copy last applied, where a cursor never looks
+    again. Every run said ok over a copy without it. A run looks back `--lookback` (10
+    minutes by default) behind its cursor and takes what the copy does not hold as listed
+    there, with a warning; what it holds is not counted again, and a deletion listed there is
+    applied. Further back, a change is the Source's to re-date (or a `--baseline`'s)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        x = _synced_to_x(src, dest, "/a.txt", "/w.txt")
+        # Committed late, listed in time order: before x.
+        src.files["/y.txt"] = b"y"
+        y = entry(b, "/y.txt", b"y", change="created", datetime="2024-01-02T23:59:50Z")
+        w = {"loc": f"{b}/w.txt", "change": "deleted", "datetime": "2024-01-02T23:59:55Z"}
+        del src.files["/w.txt"]
+        src.docs["/changelist.xml"] = urlset("changelist", [y, w, x], **{"from": AT})
+        code, summary = cli_json("sync", b, dest, "--lookback", "0")
+        assert (code, _set(summary)["changes"]) == (0, 0), summary  # what it did before
+        code, summary = cli_json("sync", b, dest, "--delete")
+        s = _set(summary)
+        assert (code, s["changes"], s["fetched"], s["deleted"]) == (0, 2, 1, 1), summary
+        assert tree(dest) == {"a.txt": b"a", "x.txt": b"x", "y.txt": b"y"}
+        assert s["cursor"] == "2024-01-03T00:00:00Z"
+        warned = [(p["uri"], p["message"]) for p in s["problems"]]
+        assert [u for u, m in warned if "listed late" in m] == [f"{b}/y.txt"], warned
+        # What the copy holds as listed behind its cursor is not a change again.
+        code, summary = cli_json("sync", b, dest, "--delete")
+        s = _set(summary)
+        assert (code, s["changes"], s["fetched"], s["deleted"], s["problems"]) == (
+            0,
+            0,
+            0,
+            0,
+            [],
+        ), summary
+        # Two days behind: outside the default window, inside a wider one.
+        src.files["/z.txt"] = b"z"
+        z = entry(b, "/z.txt", b"z", change="created", datetime="2024-01-01T00:00:01Z")
+        src.docs["/changelist.xml"] = urlset("changelist", [z, y, w, x], **{"from": AT})
+        code, summary = cli_json("sync", b, dest)
+        assert (code, _set(summary)["changes"]) == (0, 0), summary
+        code, summary = cli_json("sync", b, dest, "--lookback", "3d")
+        assert (code, _set(summary)["changes"], _set(summary)["fetched"]) == (0, 1, 1), summary
+        assert tree(dest)["z.txt"] == b"z"
+        assert cli("audit", b, dest).exit_code == 0
+        bad = cli("sync", b, dest, "--lookback", "soon")
+        assert bad.exit_code == 2 and "not a duration: 'soon'" in bad.stderr, bad.stderr

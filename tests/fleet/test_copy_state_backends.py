@@ -63,6 +63,8 @@ from tests.destination.test_sync import (  # noqa: F401
 from tests.destination.test_trust import (  # noqa: F401
     test_a_baseline_that_cannot_read_the_whole_list_deletes_nothing,
     test_a_change_list_of_change_lists_is_followed_not_downloaded,
+    test_a_change_listed_out_of_chronological_order_is_not_skipped,
+    test_a_change_that_appears_late_behind_the_cursor_is_applied,
     test_a_deletion_never_removes_a_file_this_sync_did_not_write,
     test_a_gap_inside_a_change_list_index_is_reported,
     test_a_later_change_supersedes_a_remembered_failure,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..units import parse_size
+from ..units import parse_duration, parse_size
 from ._common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -67,6 +67,18 @@ class _Size(click.ParamType[int]):
         if n < 1:
             self.fail(f"a size must be at least 1 byte, not {value!r}", param, ctx)
         return n
+
+
+class _Duration(click.ParamType[float]):
+    """A duration in seconds: `600`, `90s`, `10m`, `1h30m`, `3d`."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 class _Datetime(click.ParamType[datetime]):
@@ -177,6 +189,16 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "(by default such a run deletes nothing and exits 1: an outage looks the same).",
         ),
         click.option(
+            "--lookback",
+            type=_Duration(),
+            default="10m",
+            show_default=True,
+            metavar="DURATION",
+            help="How far behind the copy's cursor to look at the changes listed there for "
+            "one the copy lacks (a Source whose transaction committed late lists it in time "
+            "order, behind later ones); 0 for none.",
+        ),
+        click.option(
             "--max-size",
             type=_Size(),
             default="1G",
@@ -263,6 +285,7 @@ def _options(**o: Any) -> SyncOptions:
         preserve_times=o.get("times", True),
         max_delete=o.get("max_delete"),
         allow_empty=bool(o.get("allow_empty")),
+        lookback=o.get("lookback", 600.0),
         host_failures=o.get("max_host_failures", 5),
         include=tuple(o.get("include") or ()),
         exclude=tuple(o.get("exclude") or ()),

@@ -8,16 +8,19 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ..errors import ReadError
 from ..http import make_client
+from ..model import Resource
 from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..w3cdt import parse_w3c
 from .discover import SetInfo, discover
+from .dumps import dumped_changes
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import SyncOptions, scoped
 from .plan import change_entries, expect, lists_covering
@@ -66,7 +69,7 @@ def audit(
             "gone INTEGER, lastmod TEXT)"
         )
         for s in info.sets:
-            _expected_state(s, db, client)
+            _expected_state(s, db, client, opts)
         # Every local path accounted for (expected, or already reported as extra).
         db.execute("CREATE TABLE accounted (path TEXT PRIMARY KEY)")
         # The `<lastmod>` the copy recorded with each resource it holds.
@@ -153,10 +156,11 @@ def audit(
     return report
 
 
-def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any) -> None:
+def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncOptions) -> None:
     """Fill `expected` with the Source's current state: the Resource List at `at`, then every
     change after `at` in the Change Lists that cover that time — the Change List Archive
-    included (issue 10.10)."""
+    included (issue 10.10) — or, from a Source that lists its changes only in a Change Dump,
+    in the packages' manifests (as `sync` takes them)."""
     url = s.url("resourcelist")
     if url is None:
         raise ReadError(
@@ -180,20 +184,27 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any) -> None:
                 db.executemany(insert, batch)
                 batch.clear()
     db.executemany(insert, batch)
-    cl = s.url("changelist")
-    if cl is None or at is None:
+    if at is None:
         return
-    lists, gap, _ = lists_covering(client, cl, s, at)
-    if lists is None:
-        raise ReadError(f"cannot tell what the copy should hold: {gap}", source=cl)
+    cl, cd = s.url("changelist"), s.url("changedump")
+    changes: Iterable[Resource]
+    if cl is not None:
+        lists, gap, _ = lists_covering(client, cl, s, at)
+        if lists is None:
+            raise ReadError(f"cannot tell what the copy should hold: {gap}", source=cl)
 
-    def ignore(uri: str, message: str) -> None:
-        pass
+        def ignore(uri: str, message: str) -> None:
+            pass
 
+        changes = change_entries(client, lists, ignore)
+    elif cd is not None:
+        changes = dumped_changes(client, opts.http, cd, s, at)
+    else:
+        return
     # The changes after the Resource List's `at`, applied in order. Only `rs:md@datetime`
     # dates a change (core 1.1 §7): an entry with a `<lastmod>` alone is the resource's
     # Last-Modified, so it is applied unless what is expected already is newer.
-    for res in change_entries(client, lists, ignore):
+    for res in changes:
         if res.change is None:
             continue
         if res.datetime is not None:

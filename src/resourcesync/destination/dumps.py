@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import ReadError, ResourceSyncError
 from ..hashing import ALGORITHMS, MultiHasher
+from ..http import Bandwidth, HttpOptions
 from ..http.transfer import TransferSession, run_loop
 from ..model import Change, Resource
 from ..sitemap import open_document, walk
@@ -33,7 +34,7 @@ from ..w3cdt import format_w3c
 from .discover import SetInfo
 from .mirror import UnsafePath, Written
 from .options import Run
-from .plan import MAX_PARTS, Plan, Planner, expect, tell_warnings
+from .plan import MAX_PARTS, InOrder, Plan, Planner, expect, tell_warnings
 from .report import SetReport
 from .state import Cursor
 
@@ -302,6 +303,29 @@ def _gap(packages: list[Resource], after: datetime) -> str | None:
     return None
 
 
+def dumped_changes(
+    client: Any, http: HttpOptions, url: str, s: SetInfo, after: datetime
+) -> Iterator[Resource]:
+    """The changes the Change Dump's manifests list after `after`, in the order listed
+    (`InOrder`): what `audit` expects of a Source that lists its changes only so. Each package
+    is downloaded, verified against the dump, read and removed; ReadError when the packages
+    do not reach back to `after`."""
+    packages = _change_dump_packages(client, url, s, after)
+    gap = _gap(packages, after)
+    if gap is not None:
+        raise ReadError(f"cannot tell what the copy should hold: {gap}", source=url)
+    order = InOrder()
+    with tempfile.TemporaryDirectory(prefix="resourcesync-audit-") as work:
+        for package in packages:
+            zpath = Path(work) / "package.zip"
+            run_loop(_download_with(http, None, package, zpath))
+            order.start(package.from_, "the package")
+            for entry in _manifest(zpath, package, None):
+                order.see(entry)
+                yield entry
+            zpath.unlink()
+
+
 def changes_from_dumps(
     run: Run, planner: Planner, s: SetInfo, key: str, plan: Plan, report: SetReport, cursor: Cursor
 ) -> Cursor:
@@ -323,18 +347,24 @@ def changes_from_dumps(
     db.execute("DELETE FROM dumped")
     work = Path(tempfile.mkdtemp(prefix="dump-", dir=run.mirror.state_dir))
     try:
+        order = InOrder()  # the manifests' changes, in the order listed (core §13.1.1)
 
         def dumped() -> Iterator[Resource]:
             for n, package in enumerate(packages):
                 zpath = work / f"package-{n:06d}.zip"
                 run_loop(_download(run, package, zpath))
+                order.start(package.from_, "the package")
                 for entry in _manifest(zpath, package, report):
+                    order.see(entry)
                     when = entry.change_time
                     db.execute(
                         "INSERT OR REPLACE INTO dumped (uri, package, datetime) VALUES (?, ?, ?)",
                         (entry.loc, zpath.name, format_w3c(when) if when else None),
                     )
                     yield entry
+                late = order.warning()
+                if late is not None:
+                    report.problem(package.loc, late)
 
         new_cursor = planner.changes(dumped(), plan, report, cursor)
         _extract_planned(run, plan, key, report, work)
@@ -370,15 +400,21 @@ def _extract_planned(run: Run, plan: Plan, key: str, report: SetReport, work: Pa
 
 
 async def _download(run: Run, package: Resource, target: Path) -> None:
+    await _download_with(run.options.http, run.bandwidth, package, target)
+
+
+async def _download_with(
+    http: HttpOptions, bandwidth: Bandwidth | None, package: Resource, target: Path
+) -> None:
     async with (
-        TransferSession(run.options.http) as client,
+        TransferSession(http) as client,
         client.open(package.loc, declared=package.length) as response,
     ):
         size = 0
         algos = [a for a in package.hashes if a in ALGORITHMS]
         hasher = MultiHasher(algos[:1])
         with open(target, "wb") as f:
-            async for chunk in response.body(run.bandwidth):
+            async for chunk in response.body(bandwidth):
                 size += len(chunk)
                 hasher.update(chunk)
                 f.write(chunk)

@@ -58,6 +58,10 @@ class SyncOptions:
     #: fetch none (its Source lists nothing: an outage, a volume that did not mount) deletes
     #: nothing unless this is set (Unison's `confirmbigdeletes`): kept pending, exit 1.
     allow_empty: bool = False
+    #: Seconds behind its cursor an incremental run looks at the changes listed there, for
+    #: one the copy does not hold (a Source's transaction that committed after a later one
+    #: was read, listed in time order behind it); 0: none.
+    lookback: float = 600.0
     #: Told of every change made to the copy (or, with --dry-run, that would be made).
     on_action: Callable[[Action], None] | None = None
     #: Where the copy's state is kept, given the path of its SQLite file under

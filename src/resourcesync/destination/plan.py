@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import ReadError
@@ -29,7 +29,7 @@ from .options import Run
 from .report import SetReport
 from .state import Cursor, Known, keep_links, links_column, path_key
 
-__all__ = ["Plan", "Planner", "change_entries", "expect", "lists_covering", "same"]
+__all__ = ["InOrder", "Plan", "Planner", "change_entries", "expect", "lists_covering", "same"]
 
 _BATCH = 2000
 #: Documents one walk of an index may read (10,000 parts of 50,000 entries is legitimate).
@@ -51,7 +51,7 @@ class Plan:
         db.execute(
             "CREATE TEMP TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, uri TEXT UNIQUE, "
             "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT, sig TEXT, "
-            "links TEXT, held INTEGER)"
+            "links TEXT, held INTEGER, late INTEGER)"
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
@@ -76,15 +76,17 @@ class Plan:
         *,
         sig: str | None = None,
         held: bool | None = None,
+        late: bool = False,
     ) -> None:
         """Plan an action for a URI; a later one for the same URI replaces it (final state).
 
         Actions: `fetch`, `delete`, and `keep` (the final state is what we already hold: the
         URI's remembered failure or pending deletion is superseded). `sig` marks an undated
         change (see `undated_sig`). `held`: whether the copy's state held the URI when it was
-        planned (None: not looked up), so the transfer need not look again."""
+        planned (None: not looked up), so the transfer need not look again. `late`: a change
+        listed behind the copy's cursor (see `Planner.changes`)."""
         if res is None:
-            self.batch.append((uri, action, None, None, None, None, sig, None, held))
+            self.batch.append((uri, action, None, None, None, None, sig, None, held, late))
         else:
             lastmod = format_w3c(res.lastmod) if res.lastmod else None
             when = res.change_time
@@ -100,6 +102,7 @@ class Plan:
                     sig,
                     links_column(res.links),
                     held,
+                    late,
                 )
             )
         if len(self.batch) >= _BATCH:
@@ -120,7 +123,7 @@ class Plan:
             # moves to the end, so changes apply in order of their last occurrence.
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime, "
-                "sig, links, held) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "sig, links, held, late) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self.batch,
             )
             self.batch.clear()
@@ -175,6 +178,11 @@ class Plan:
             return int(self.db.execute("SELECT COUNT(*) FROM plan").fetchone()[0])
         q = "SELECT COUNT(*) FROM plan WHERE action = ?"
         return int(self.db.execute(q, (action,)).fetchone()[0])
+
+    def has(self, uri: str) -> bool:
+        """Whether anything is planned for `uri`."""
+        self.flush()
+        return self.db.execute("SELECT 1 FROM plan WHERE uri = ?", (uri,)).fetchone() is not None
 
     def planned_bytes(self) -> int:
         """The bytes the planned fetches will bring, as far as the lists give lengths."""
@@ -418,11 +426,20 @@ class Planner:
             return
         plan.add(uri, "fetch", res, held=known is not None)
 
-    def claim(self, uri: str, plan: Plan, report: SetReport, path: str | None = None) -> bool:
+    def claim(
+        self,
+        uri: str,
+        plan: Plan,
+        report: SetReport,
+        path: str | None = None,
+        *,
+        quiet: bool = False,
+    ) -> bool:
         """Whether `uri` may have its local file: no other URI holds it, or claimed it first in
         this run, under any spelling a file system may take for the same name (`dir/` and
         `dir/index.html`, `q%3Fx` and `q?x`, NFC and NFD, case). The first owner keeps it; the
-        other is refused and reported (issue 17.6, 17.7)."""
+        other is refused and reported (issue 17.6, 17.7); `quiet`: refused, not reported (a
+        change behind the cursor: reported when it was listed after it)."""
         mirror = self.run.mirror
         key = path_key(mirror.stored(path) if path is not None else mirror.relpath(uri))
         other = None if self._empty else self.run.state.owner(key)
@@ -430,6 +447,8 @@ class Planner:
             other = plan.claim(key, uri)
         if other is None or other == uri:
             return True
+        if quiet:
+            return False
         report.refused += 1
         report.problem(
             uri,
@@ -514,7 +533,8 @@ class Planner:
                     listed = listed or res.loc == cursor.uri
                 yield res
 
-        last = self.changes(watched(self.entries(lists, report)), plan, report, cursor)
+        entries = watched(self.entries(lists, report))
+        last = self.changes(entries, plan, report, cursor, self.run.options.lookback)
         if cursor.uri and covered and later and not listed:
             # Every change is listed, once per change (core §12.1): lists that reach back to
             # the change this copy last applied, go on past it, and do not hold it (nor a
@@ -539,7 +559,12 @@ class Planner:
         return change_entries(self.run.client, lists, report.problem, warn)
 
     def changes(
-        self, entries: Iterable[Resource], plan: Plan, report: SetReport, cursor: Cursor
+        self,
+        entries: Iterable[Resource],
+        plan: Plan,
+        report: SetReport,
+        cursor: Cursor,
+        lookback: float = 0.0,
     ) -> Cursor:
         """Plan the changes after the cursor (each URI once, its final state); returns the
         cursor the plan brings the copy to: the latest change time planned (issue 10.6).
@@ -548,20 +573,36 @@ class Planner:
         Last-Modified (core 1.1 §7), so an entry without `datetime` is never skipped for its
         age (issue 10.3). Such undated entries are applied in the order listed, and one that
         an earlier run applied (same URI, change, lastmod, length and digests) is not applied
-        again (issue 10.6)."""
+        again (issue 10.6).
+
+        `lookback` seconds behind the cursor, the changes listed are looked at too: a Source
+        that lists its changes by time from a database lists one whose transaction committed
+        after a later one had been read behind it, where a cursor never looks again. What
+        the copy does not hold as listed there is planned (see `_late`)."""
         last = cursor
         passed_cursor = cursor.uri == ""
+        behind = cursor.datetime - timedelta(seconds=lookback) if lookback > 0 else None
+        late_uris: set[str] = set()
         mirror = self.run.mirror
         for res in entries:
             t = res.datetime
-            if t is not None:
-                if t < cursor.datetime:
+            late = False
+            if t is not None and (
+                t < cursor.datetime or (t == cursor.datetime and not passed_cursor)
+            ):
+                if t == cursor.datetime and res.loc == cursor.uri:
+                    passed_cursor = True
+                if behind is None or t < behind or res.change is None:
                     continue
-                if t == cursor.datetime and not passed_cursor:
-                    if res.loc == cursor.uri:
-                        passed_cursor = True
+                # Behind the cursor: what earlier runs left to do (planned before the
+                # changes) stands; the rest is checked against the copy once planned.
+                if res.loc not in late_uris and plan.has(res.loc):
                     continue
+                late = True
+                late_uris.add(res.loc)
             if not self.taken(res.loc):
+                if late:
+                    continue
                 report.excluded += 1
                 if t is not None and t >= last.datetime:
                     last = Cursor(t, res.loc)  # left out by choice: the cursor moves on
@@ -575,6 +616,8 @@ class Planner:
             try:
                 path = mirror.location(res.loc)
             except UnsafePath as exc:
+                if late:
+                    continue  # refused when it was listed after the cursor
                 report.refuse(res.loc, exc)
                 # Remembered while the Source lists it; forgotten once the Source deletes it.
                 # Either way the change is dealt with: the cursor moves past it.
@@ -582,15 +625,18 @@ class Planner:
                 if t is not None and t >= last.datetime:
                     last = Cursor(t, res.loc)
                 continue
-            if res.change != "deleted" and not self.claim(res.loc, plan, report, path):
+            if res.change != "deleted" and not self.claim(res.loc, plan, report, path, quiet=late):
                 continue
             action = "delete" if res.change == "deleted" else "fetch"
-            plan.add(res.loc, action, res, sig=None if t is not None else undated_sig(res))
-            if t is not None:
+            sig = None if t is not None else undated_sig(res)
+            plan.add(res.loc, action, res, sig=sig, late=late)
+            if t is not None and not late:
                 report.changes += 1
                 if t >= last.datetime:
                     last = Cursor(t, res.loc)
         state = self.run.state
+        if late_uris:
+            self._late(plan, report, cursor)
         # Undated changes already applied by an earlier run are not changes now.
         plan.flush()
         undated = plan.db.execute("SELECT uri, sig FROM plan WHERE sig IS NOT NULL").fetchall()
@@ -615,6 +661,45 @@ class Planner:
                     pass
         return last
 
+    def _late(self, plan: Plan, report: SetReport, cursor: Cursor) -> None:
+        """The changes listed behind the cursor (their final state per URI): what the copy
+        holds as described is dropped from the plan; the rest — a change the copy never saw —
+        is counted and warned of once. Held is what the copy's state says, not its files (a
+        file changed here is `check_held`'s and `--repair`'s to find, not a change listed
+        late). A resource held that the entry gives nothing to compare with (no digest, no
+        `<lastmod>`) is taken as held: it was applied when it was listed, and asking again
+        every run would cry wolf."""
+        state = self.run.state
+        plan.flush()
+        rows = plan.db.execute("SELECT uri, action FROM plan WHERE late = 1").fetchall()
+        missed: list[str] = []
+        for uri, action in rows:
+            known = state.known(uri)
+            res = plan.planned(uri, action)
+            if action == "delete":
+                held = known is None
+            elif known is None or res is None:
+                held = False
+            elif not any(a in known.hashes for a in res.hashes) and (
+                res.lastmod is None or known.lastmod is None
+            ):
+                held = True
+            else:
+                held = same(known.hashes, known.length, res, known.lastmod)
+            if held:
+                plan.drop(uri)
+            else:
+                missed.append(uri)
+        if missed:
+            report.changes += len(missed)
+            more = f" (and {len(missed) - 1:,} more)" if len(missed) > 1 else ""
+            report.problem(
+                missed[0],
+                f"warning: listed late — dated behind the change this copy last applied "
+                f"({format_w3c(cursor.datetime)}), and not what the copy holds{more}: "
+                "applied (the Source listed it after a later change was read)",
+            )
+
     def covering_lists(
         self, url: str, s: SetInfo, cursor: Cursor, report: SetReport
     ) -> list[str] | None:
@@ -631,17 +716,64 @@ class Planner:
         return lists, earliest is not None and earliest <= cursor.datetime
 
 
+class InOrder:
+    """Changes are listed in forward chronological order (core §12.1, §13.1.1), and that order
+    is what finds a Destination's first unprocessed change. An entry dated earlier than a
+    change listed before it, or than its document's `from` (a Source dating a change by a
+    file's kept mtime, or by a transaction that committed after a later one), is taken as
+    listed: its `datetime` is raised to the latest before it, and the document is warned of
+    once. Skipped for its date, the change would be lost for good while every run said ok;
+    the validator still calls the document wrong."""
+
+    def __init__(self) -> None:
+        self.floor: datetime | None = None  # the latest change time listed so far
+        self._floor_is = ""
+        self._late: tuple[str, datetime, datetime, str] | None = None
+        self._n_late = 0
+
+    def start(self, from_: datetime | None, what: str) -> None:
+        """A document (or package) begins, covering changes from `from_`."""
+        self._late, self._n_late = None, 0
+        if from_ is not None and (self.floor is None or from_ > self.floor):
+            self.floor, self._floor_is = from_, f"{what}'s `from`"
+
+    def see(self, res: Resource) -> None:
+        t = res.datetime
+        if t is None:
+            return
+        if self.floor is None or t > self.floor:
+            self.floor, self._floor_is = t, "a change listed ahead of it"
+        elif t < self.floor:
+            self._n_late += 1
+            self._late = self._late or (res.loc, t, self.floor, self._floor_is)
+            res.datetime = self.floor
+
+    def warning(self) -> str | None:
+        """The document's warning, once it is read (None: in order)."""
+        if self._late is None:
+            return None
+        loc, t, before, what = self._late
+        more = f" (and {self._n_late - 1:,} more entries)" if self._n_late > 1 else ""
+        return (
+            f"warning: {loc} is dated {format_w3c(t)}, before {what} ({format_w3c(before)})"
+            f"{more}: out of chronological order (core §12.1); taken as a change at that "
+            "time, in the order listed"
+        )
+
+
 def change_entries(
     client: Any,
     lists: list[str],
     problem: Callable[[str, str], None],
     warn: Callable[[DocumentReader], None] | None = None,
 ) -> Iterator[Resource]:
-    """The entries of the Change Lists in order. An entry that is itself a document (it
-    carries `capability`: WEKO3 lists its daily Change Lists so) is followed as one, never
-    fetched as content (issue 10.4)."""
+    """The entries of the Change Lists in order, each dated no earlier than what precedes it
+    (see `InOrder`). An entry that is itself a document (it carries `capability`: WEKO3
+    lists its daily Change Lists so) is followed as one, never fetched as content (issue
+    10.4)."""
     todo = list(lists)
     done: set[str] = set()
+    order = InOrder()
     while todo:
         list_url = todo.pop(0)
         if list_url in done:
@@ -650,6 +782,7 @@ def change_entries(
         nested: list[str] = []
         with open_document(list_url, client=client) as reader:
             expect(reader.document.capability, "changelist", list_url)
+            order.start(reader.document.from_, "the list")
             for res in reader:
                 if res.capability is not None:
                     if res.capability == "changelist":
@@ -661,7 +794,11 @@ def change_entries(
                             f"{list_url}: not a change, not fetched",
                         )
                     continue
+                order.see(res)
                 yield res
+            late = order.warning()
+            if late is not None:
+                problem(list_url, late)
             if warn is not None:
                 warn(reader)
         if len(done) + len(nested) > _MAX_LISTS:

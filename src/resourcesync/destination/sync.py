@@ -287,7 +287,7 @@ class _Syncer:
             raise ResourceSyncError("no baseline yet for this set", source=s.capabilitylist)
         plan = Plan(self.state.scratch())
         self._seed(plan, key)
-        new_cursor = self.planner.changes(entries, plan, report, cursor)
+        new_cursor = self.planner.changes(entries, plan, report, cursor, self.options.lookback)
         self._carry_out(plan, key, report, new_cursor)
         return report
 
