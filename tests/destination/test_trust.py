@@ -787,5 +787,9 @@ def test_a_change_that_appears_late_behind_the_cursor_is_applied(tmp_path: Path)
         assert (code, _set(summary)["changes"], _set(summary)["fetched"]) == (0, 1, 1), summary
         assert tree(dest)["z.txt"] == b"z"
         assert cli("audit", b, dest).exit_code == 0
+        # A copy taken to be the Source as of `--from` is not looked behind.
+        other = tmp_path / "other"
+        code, summary = cli_json("sync", b, other, "--from", "2024-01-02T23:59:59Z")
+        assert (code, sorted(tree(other))) == (0, ["x.txt"]), summary
         bad = cli("sync", b, dest, "--lookback", "soon")
         assert bad.exit_code == 2 and "not a duration: 'soon'" in bad.stderr, bad.stderr

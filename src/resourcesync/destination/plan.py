@@ -534,7 +534,11 @@ class Planner:
                 yield res
 
         entries = watched(self.entries(lists, report))
-        last = self.changes(entries, plan, report, cursor, self.run.options.lookback)
+        # A copy taken to be the Source as of `--from`: nothing behind that time is its to
+        # look at again.
+        opts = self.run.options
+        lookback = 0.0 if opts.since is not None else opts.lookback
+        last = self.changes(entries, plan, report, cursor, lookback)
         if cursor.uri and covered and later and not listed:
             # Every change is listed, once per change (core §12.1): lists that reach back to
             # the change this copy last applied, go on past it, and do not hold it (nor a
