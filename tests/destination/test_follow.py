@@ -339,14 +339,18 @@ class FakeHub:
         return response.status_code
 
 
-def test_a_lost_notification_is_caught_up_and_the_lease_is_renewed(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def fake_hub_site(
+    tmp_path: Path, files: dict[str, str], lease: int
+) -> Iterator[tuple[Path, Any, str, FakeHub]]:
+    """FILES published (set1, naming a `FakeHub`) and served: (data, config, site, hub)."""
     data = tmp_path / "data"
     data.mkdir()
-    (data / "a.txt").write_text("a1")
-    (data / "b.txt").write_text("b1")
+    for name, text in files.items():
+        (data / name).write_text(text)
     site_port = free_port()
     site = f"http://127.0.0.1:{site_port}/"
-    hub = FakeHub(lease=2)
+    hub = FakeHub(lease=lease)
     with serve(hub.app) as hub_base:
         config = PublishConfig(
             out=tmp_path / "out",
@@ -354,37 +358,67 @@ def test_a_lost_notification_is_caught_up_and_the_lease_is_renewed(tmp_path: Pat
             docs_url=site,
         )
         publish(config)
-        dest = tmp_path / "copy"
         with serve_on(create_app(tmp_path / "out"), site_port):
-            follower = Follower(site, dest)
-            follower.subscribed()
-            # Two changes are published, but the hub "loses" the first notification: the
-            # second one's `from` is after anything applied, so the follower catches up from
-            # the Change List (and so gets a.txt too).
-            (data / "a.txt").write_text("a2")
-            publish(config)
-            (data / "b.txt").write_text("b2")
-            publish(config)
-            from resourcesync.sitemap import read_document
+            yield data, config, site, hub
 
-            _, changes = read_document(tmp_path / "out" / "set1" / "changelist.xml")
-            first_payload = _payload(changes[:1], changes[0].datetime, changes[0].datetime)
-            assert hub.push(first_payload) == 200
-            wait_for(lambda: "applied" in follower.kinds())
-            later = changes[-1].datetime
-            gap_payload = _payload(changes[-1:], later, later)
-            assert hub.push(gap_payload) == 200
-            wait_for(lambda: (dest / "files" / "b.txt").read_text() == "b2")
-            assert (dest / "files" / "a.txt").read_text() == "a2"
-            # (the files are in place a moment before the catch-up reports itself)
-            wait_for(lambda: "caught-up" in follower.kinds())
-            # The 2 s lease is renewed before it ends (at 80 %).
-            wait_for(
-                lambda: sum(1 for s in hub.subscriptions if s["hub.mode"] == "subscribe") >= 2,
-                timeout=5,
-            )
-            follower.finish()
+
+def test_a_lost_notification_is_caught_up_and_the_lease_is_renewed(tmp_path: Path) -> None:
+    with fake_hub_site(tmp_path, {"a.txt": "a1", "b.txt": "b1"}, lease=2) as site_parts:
+        data, config, site, hub = site_parts
+        dest = tmp_path / "copy"
+        follower = Follower(site, dest)
+        follower.subscribed()
+        # Two changes are published, but the hub "loses" the first notification: the
+        # second one's `from` is after anything applied, so the follower catches up from
+        # the Change List (and so gets a.txt too).
+        (data / "a.txt").write_text("a2")
+        publish(config)
+        (data / "b.txt").write_text("b2")
+        publish(config)
+        from resourcesync.sitemap import read_document
+
+        _, changes = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+        first_payload = _payload(changes[:1], changes[0].datetime, changes[0].datetime)
+        assert hub.push(first_payload) == 200
+        wait_for(lambda: "applied" in follower.kinds())
+        later = changes[-1].datetime
+        gap_payload = _payload(changes[-1:], later, later)
+        assert hub.push(gap_payload) == 200
+        wait_for(lambda: (dest / "files" / "b.txt").read_text() == "b2")
+        assert (dest / "files" / "a.txt").read_text() == "a2"
+        # (the files are in place a moment before the catch-up reports itself)
+        wait_for(lambda: "caught-up" in follower.kinds())
+        # The 2 s lease is renewed before it ends (at 80 %).
+        wait_for(
+            lambda: sum(1 for s in hub.subscriptions if s["hub.mode"] == "subscribe") >= 2,
+            timeout=5,
+        )
+        follower.finish()
     assert hub.subscriptions[-1]["hub.mode"] == "unsubscribe"
+
+
+def test_a_notified_change_dated_before_its_notification_is_applied(tmp_path: Path) -> None:
+    """A change notification's changes are in the order listed from its `from` (core §12.1,
+    as a Change List's): one dated long before (a file's kept mtime) is applied, with a
+    warning, not skipped for its date behind the copy's cursor."""
+    from resourcesync.sitemap import read_document
+
+    with fake_hub_site(tmp_path, {"a.txt": "a"}, lease=60) as (data, config, site, hub):
+        at = read_document(tmp_path / "out" / "set1" / "resourcelist.xml")[0].at
+        dest = tmp_path / "copy"
+        follower = Follower(site, dest, _options())
+        follower.subscribed()
+        (data / "old.txt").write_text("kept its mtime")
+        publish(config)
+        _, changes = read_document(tmp_path / "out" / "set1" / "changelist.xml")
+        (change,) = changes
+        change.datetime = datetime(2001, 1, 1, tzinfo=UTC)
+        assert hub.push(_payload([change], at, FAR)) == 200
+        wait_for(lambda: (dest / "files" / "old.txt").is_file())
+        applied = follower.wait_event("applied")
+        follower.finish()
+    problems = applied.sets[0].problems
+    assert any("out of chronological order" in p.message for p in problems), problems
 
 
 def _payload(entries: list[Any], from_: Any, until: Any) -> bytes:

@@ -46,6 +46,7 @@ from ..http import HttpOptions, RetryPolicy, make_client
 from ..model import Capability, Resource
 from ..sitemap import open_document
 from .discover import SetInfo, SourceInfo, discover
+from .plan import InOrder
 from .sync import SetReport, SyncOptions, SyncReport, _Syncer, sync
 from .websub import Callbacks, Channel, Endpoint, Event, Inbox, Subscriber, serve_callbacks
 
@@ -257,6 +258,12 @@ class _Follower:
                 # it. The Change List has these changes too; the retried catch-up gets them.
                 ch.covered = None
                 return
+        # In the order listed, as a Change List's (core §12.1): a change dated before the
+        # notification's `from`, or before one listed ahead of it, is not skipped for its date.
+        order = InOrder()
+        order.start(doc.from_, "the notification")
+        for e in entries:
+            order.see(e)
         try:
             set_report = self.applier.apply(ch.set, entries)
         except _OUTAGE as exc:
@@ -272,6 +279,9 @@ class _Follower:
             )
             return
         ch.covered = doc.until
+        late = order.warning()
+        if late is not None:
+            set_report.problem(f"notification from {ch.hub}", late)
         result = SyncReport(
             source=self.source, dest=str(self.dest), how="notification", sets=[set_report]
         )
