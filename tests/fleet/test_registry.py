@@ -41,6 +41,8 @@ def test_add_list_remove(tmp_path: Path) -> None:
         (["ftp://x/", "--name", "a"], "source must be an http(s) URL"),
         (["http://[::1/", "--name", "a"], "a: source is not a valid URL (Invalid IPv6 URL)"),
         (["http://x/", "--name", "a", "--every", "soon"], "not a duration"),
+        (["http://x/", "--name", "a", "--every", "0"], "a duration must be positive"),
+        (["http://x/", "--name", "a", "--lookback", "-1m"], "not a duration"),
         (["http://x/", "--name", "a", "--header", "nocolon"], "a header is 'Name: value'"),
     ],
 )
@@ -56,15 +58,18 @@ def test_import_toml_and_csv_all_or_nothing(tmp_path: Path) -> None:
         '[[source]]\nname = "t1"\nsource = "http://127.0.0.2:1/"\nevery = "1d"\n'
         'headers = {Authorization = "Bearer x"}\n\n'
         '[[source]]\nname = "t2"\nsource = "http://127.0.0.2:2/"\nvia = "dumps"\n'
+        'lookback = "2h"\n'
     )
     assert cli("fleet", "import", toml, "--root", tmp_path).exit_code == 0
     store = open_store(tmp_path)
-    t1 = store.get("t1")
+    t1, t2 = store.get("t1"), store.get("t2")
     assert (
         t1 is not None
         and t1.entry.every == 86400
         and t1.entry.headers == {"Authorization": "Bearer x"}
+        and t1.entry.lookback == 600
     )
+    assert t2 is not None and t2.entry.lookback == 7200
     store.close()
 
     bad = tmp_path / "list.csv"
@@ -170,10 +175,16 @@ def test_a_store_of_the_first_schema_gains_the_new_columns(tmp_path: Path) -> No
     assert "follow" not in first
     with sqlite3.connect(path) as db:
         db.executescript(first)
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "INSERT INTO fleet_source (name, source, every, via, apply_delete, headers, added,"
+            " next_run) VALUES ('old', 'http://127.0.0.2:2/', 60, 'auto', 0, '{}', 1, 1)"
+        )
     store = open_store(tmp_path)
     store.add([Entry("a", "http://127.0.0.2:1/", follow=True)], now=1.0)
-    row = store.get("a")
+    row, old = store.get("a"), store.get("old")
     assert row is not None and row.entry.follow
+    assert old is not None and (old.entry.lookback, old.entry.allow_empty) == (600, False)
     store.close()
 
 
@@ -259,3 +270,22 @@ def test_a_root_without_a_fleet_is_an_error_never_an_empty_fleet(
         else cli(*args, "--root", root)
     )
     assert after.exit_code in (0, 1) and "no fleet" not in after.stderr, after.stderr
+
+
+def test_a_sources_lookback_reaches_its_syncs(tmp_path: Path) -> None:
+    """`fleet add --lookback` (CSV/TOML `lookback`): its syncs look that far behind the copy's
+    cursor for a change listed late, as `sync --lookback`; 10 minutes unless told."""
+    from resourcesync.fleet.job import _options
+
+    add = ("fleet", "add", "http://127.0.0.2:1/", "--root", tmp_path)
+    assert cli(*add, "--name", "a", "--lookback", "0").exit_code == 0
+    assert cli(*add, "--name", "b", "--lookback", "1h30m").exit_code == 0
+    assert cli(*add, "--name", "c").exit_code == 0
+    store = open_store(tmp_path)
+    got = {}
+    for name in "abc":
+        row = store.get(name)
+        assert row is not None
+        got[name] = _options(row.entry, 4, 30.0, 3, baseline=False).lookback
+    store.close()
+    assert got == {"a": 0.0, "b": 5400.0, "c": 600.0}

@@ -210,3 +210,32 @@ class _Terminated(BaseException):
 
 def _terminate(signum: int, frame: Any) -> None:
     raise _Terminated
+
+
+class Duration(click.ParamType[float]):
+    """A duration in seconds: `600`, `90s`, `15m`, `1h30m`, `3d` (see `resourcesync.units`);
+    positive unless `zero` is allowed."""
+
+    name = "DURATION"
+
+    def __init__(self, *, zero: bool = False) -> None:
+        self.zero = zero
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        from ..units import parse_duration
+
+        try:
+            seconds = parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if seconds == 0 and not self.zero:
+            self.fail(f"a duration must be positive, not {value!r}", param, ctx)
+        return seconds
+
+
+DURATION = Duration()
+DURATION_OR_ZERO = Duration(zero=True)

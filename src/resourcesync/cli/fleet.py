@@ -12,32 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._common import EXIT_FINDINGS, EXIT_OK, fail, handle_errors
+from ._common import DURATION, DURATION_OR_ZERO, EXIT_FINDINGS, EXIT_OK, fail, handle_errors
 
 if TYPE_CHECKING:
     from ..fleet import FleetStore, Outcome, Row
 
 # The fleet's modules (and through them the sync engine, psycopg, Celery) are imported when a
 # command runs, not when the command line starts.
-
-
-class _Duration(click.ParamType[float]):
-    name = "DURATION"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
-            return value
-        from ..fleet import parse_duration
-
-        try:
-            return parse_duration(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-DURATION = _Duration()
 
 
 def _where(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -109,6 +90,14 @@ def fleet() -> None:
     "deletes none, not ok: an outage looks the same), as sync --allow-empty.",
 )
 @click.option(
+    "--lookback",
+    type=DURATION_OR_ZERO,
+    default="10m",
+    show_default=True,
+    help="How far behind its copy's cursor its syncs look for a change listed late, as sync "
+    "--lookback (0 for none).",
+)
+@click.option(
     "--follow",
     is_flag=True,
     help="Subscribe to its change notifications: each one makes it due at once (fleet run).",
@@ -131,6 +120,7 @@ def add(
     delete: bool,
     max_delete: int | None,
     allow_empty: bool,
+    lookback: float,
     follow: bool,
     header: tuple[str, ...],
     replace: bool,
@@ -150,7 +140,17 @@ def add(
         headers = dict(parse_header(h) for h in header)
         where = str(Path(dest).resolve()) if dest else None
         entry = Entry(
-            name, source, where, every, via, delete, headers, follow, max_delete, allow_empty
+            name,
+            source,
+            where,
+            every,
+            via,
+            delete,
+            headers,
+            follow,
+            max_delete,
+            allow_empty,
+            lookback,
         )
         entry.check()
     except ValueError as exc:

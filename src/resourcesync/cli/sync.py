@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..units import parse_duration, parse_size
+from ..units import parse_size
 from ._common import (
+    DURATION_OR_ZERO,
     EXIT_ERROR,
     EXIT_FINDINGS,
     EXIT_OK,
@@ -67,18 +68,6 @@ class _Size(click.ParamType[int]):
         if n < 1:
             self.fail(f"a size must be at least 1 byte, not {value!r}", param, ctx)
         return n
-
-
-class _Duration(click.ParamType[float]):
-    """A duration in seconds: `600`, `90s`, `10m`, `1h30m`, `3d`."""
-
-    name = "DURATION"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        try:
-            return parse_duration(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
 
 
 class _Datetime(click.ParamType[datetime]):
@@ -190,7 +179,7 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--lookback",
-            type=_Duration(),
+            type=DURATION_OR_ZERO,
             default="10m",
             show_default=True,
             metavar="DURATION",

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from ._common import handle_errors
-from .fleet import DURATION
+from ._common import DURATION, handle_errors
 
 
 @click.command()

@@ -49,6 +49,7 @@ def _options(
         delete=entry.delete,
         max_delete=entry.max_delete,
         allow_empty=entry.allow_empty,
+        lookback=entry.lookback,
         via=entry.via,
         baseline=baseline,
         per_host=requests,

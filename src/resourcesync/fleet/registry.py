@@ -21,6 +21,7 @@ __all__ = ["Entry", "FleetError", "parse_duration", "read_entries"]
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 VIAS = ("auto", "lists", "dumps")
 DEFAULT_EVERY = 3600.0
+DEFAULT_LOOKBACK = 600.0
 
 
 class FleetError(ResourceSyncError):
@@ -63,6 +64,9 @@ class Entry:
     #: With `delete`: a sync may empty the copy when the Source lists nothing (by default it
     #: deletes none and is not ok) — as `sync --allow-empty`.
     allow_empty: bool = False
+    #: Seconds behind the copy's cursor a sync looks at the changes listed there for one the
+    #: copy lacks — as `sync --lookback`.
+    lookback: float = DEFAULT_LOOKBACK
 
     def check(self) -> None:
         """Raise ValueError naming what is wrong with this entry."""
@@ -84,6 +88,8 @@ class Entry:
             raise ValueError(f"{self.name}: every must be positive")
         if self.max_delete is not None and self.max_delete < 0:
             raise ValueError(f"{self.name}: max_delete must be 0 or more")
+        if self.lookback < 0:
+            raise ValueError(f"{self.name}: lookback must be 0 or more")
 
     @property
     def host(self) -> str:
@@ -115,7 +121,7 @@ def _count(raw: Mapping[str, Any], key: str) -> int | None:
 
 def _entry(raw: Mapping[str, Any]) -> Entry:
     known = {"name", "source", "dest", "every", "via", "delete", "follow", "headers", "header"}
-    known |= {"max_delete", "allow_empty"}
+    known |= {"max_delete", "allow_empty", "lookback"}
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
@@ -131,7 +137,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         headers = dict(parse_header(h) for h in given.split(" | "))
     elif isinstance(given, list):
         headers = dict(parse_header(str(h)) for h in given)
-    every = raw.get("every")
+    every, lookback = raw.get("every"), raw.get("lookback")
     entry = Entry(
         name=raw["name"].strip(),
         source=raw["source"].strip(),
@@ -143,6 +149,9 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         follow=_flag(raw, "follow"),
         max_delete=_count(raw, "max_delete"),
         allow_empty=_flag(raw, "allow_empty"),
+        lookback=(
+            units.parse_duration(str(lookback)) if lookback not in (None, "") else DEFAULT_LOOKBACK
+        ),
     )
     entry.check()
     return entry
@@ -150,8 +159,9 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
 
 def read_entries(path: Path) -> Iterator[Entry]:
     """The entries of a TOML (`[[source]]` tables) or CSV (a header row naming the columns:
-    name, source, and optionally dest, every, via, delete, max_delete, allow_empty, follow,
-    header) file. Bad input raises a FleetError naming the file and line (CSV) or entry (TOML)."""
+    name, source, and optionally dest, every, via, delete, max_delete, allow_empty, lookback,
+    follow, header) file. Bad input raises a FleetError naming the file and line (CSV) or entry
+    (TOML)."""
     try:
         if path.suffix.lower() == ".toml":
             with path.open("rb") as f:

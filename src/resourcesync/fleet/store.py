@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS fleet_source (
   follow INTEGER NOT NULL DEFAULT 0,
   woken DOUBLE PRECISION,
   max_delete INTEGER,
-  allow_empty INTEGER NOT NULL DEFAULT 0
+  allow_empty INTEGER NOT NULL DEFAULT 0,
+  lookback DOUBLE PRECISION NOT NULL DEFAULT 600
 );
 CREATE INDEX IF NOT EXISTS fleet_source_next_run ON fleet_source (next_run);
 CREATE TABLE IF NOT EXISTS fleet_meta (
@@ -65,12 +66,13 @@ ADDED = (
     ("woken", "DOUBLE PRECISION"),
     ("max_delete", "INTEGER"),
     ("allow_empty", "INTEGER NOT NULL DEFAULT 0"),
+    ("lookback", "DOUBLE PRECISION NOT NULL DEFAULT 600"),
 )
 
 _COLUMNS = (
     "name, source, dest, every, via, apply_delete, headers, added, next_run, last_run, seconds, "
     "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket, follow, "
-    "woken, max_delete, allow_empty"
+    "woken, max_delete, allow_empty, lookback"
 )
 
 
@@ -126,6 +128,7 @@ def _row(r: Sequence[Any]) -> Row:
         follow=bool(r[21]),
         max_delete=r[23],
         allow_empty=bool(r[24]),
+        lookback=r[25],
     )
     return Row(
         entry=entry,
@@ -247,6 +250,7 @@ class SQLStore:
                     int(e.follow),
                     e.max_delete,
                     int(e.allow_empty),
+                    e.lookback,
                 )
                 exists = self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (e.name,))
                 if exists and not replace:
@@ -255,14 +259,14 @@ class SQLStore:
                     self._execute(
                         "UPDATE fleet_source SET source = ?, dest = ?, every = ?, via = ?, "
                         "apply_delete = ?, headers = ?, follow = ?, max_delete = ?, "
-                        "allow_empty = ? WHERE name = ?",
+                        "allow_empty = ?, lookback = ? WHERE name = ?",
                         (*values, e.name),
                     )
                 else:
                     self._execute(
                         "INSERT INTO fleet_source (name, source, dest, every, via, apply_delete,"
-                        " headers, follow, max_delete, allow_empty, added, next_run)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " headers, follow, max_delete, allow_empty, lookback, added, next_run)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (e.name, *values, now, now),
                     )
                 n += 1
