@@ -82,6 +82,12 @@ class DestinationWalk(Walk):
         self.counts["sync-ok" if report.ok else "sync-not-ok"] += 1
         if report.ok:
             assert same, ("ok over a differing copy", _diff(copy, truth), report.to_json())
+        # This Source dates its changes in the order it lists them: none is out of order, and a
+        # change found behind the cursor is always one the copy holds (`--lookback` must not
+        # take it for a late one).
+        odd = ("listed late", "out of chronological order")
+        late = [p for s in report.sets for p in s.problems if any(w in p.message for w in odd)]
+        assert not late, ("in-order changes taken for late ones", late)
         checked = audit(self.docs, self.dest, self.options())
         assert checked.ok == same, ("audit disagrees with the truth", _diff(copy, truth))
         self.counts["audit-in-sync" if same else "audit-differs"] += 1
