@@ -140,17 +140,17 @@ def add(
         headers = dict(parse_header(h) for h in header)
         where = str(Path(dest).resolve()) if dest else None
         entry = Entry(
-            name,
-            source,
-            where,
-            every,
-            via,
-            delete,
-            headers,
-            follow,
-            max_delete,
-            allow_empty,
-            lookback,
+            name=name,
+            source=source,
+            dest=where,
+            every=every,
+            via=via,
+            delete=delete,
+            headers=headers,
+            follow=follow,
+            max_delete=max_delete,
+            allow_empty=allow_empty,
+            lookback=lookback,
         )
         entry.check()
     except ValueError as exc:
