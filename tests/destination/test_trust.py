@@ -787,9 +787,16 @@ def test_a_change_that_appears_late_behind_the_cursor_is_applied(tmp_path: Path)
         assert (code, _set(summary)["changes"], _set(summary)["fetched"]) == (0, 1, 1), summary
         assert tree(dest)["z.txt"] == b"z"
         assert cli("audit", b, dest).exit_code == 0
-        # A copy taken to be the Source as of `--from` is not looked behind.
+        # A copy made by other means, as of a time given with `--from`: that run does not look
+        # behind it, and the next runs take the files in place there for what they hold.
         other = tmp_path / "other"
+        other.mkdir()
+        (other / "a.txt").write_bytes(b"a")
+        (other / "y.txt").write_bytes(b"y")
         code, summary = cli_json("sync", b, other, "--from", "2024-01-02T23:59:59Z")
-        assert (code, sorted(tree(other))) == (0, ["x.txt"]), summary
+        assert (code, sorted(tree(other))) == (0, ["a.txt", "x.txt", "y.txt"]), summary
+        code, summary = cli_json("sync", b, other)
+        s = _set(summary)
+        assert (code, s["changes"], s["fetched"], s["problems"]) == (0, 0, 0, []), summary
         bad = cli("sync", b, dest, "--lookback", "soon")
         assert bad.exit_code == 2 and "not a duration: 'soon'" in bad.stderr, bad.stderr

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..errors import ReadError
+from ..errors import ReadError, ResourceSyncError
 from ..jsonable import link_from_json
 from ..model import Resource
 from ..sitemap import open_document, walk
@@ -670,7 +670,9 @@ class Planner:
         holds as described is dropped from the plan; the rest — a change the copy never saw —
         is counted and warned of once. Held is what the copy's state says, not its files (a
         file changed here is `check_held`'s and `--repair`'s to find, not a change listed
-        late). A resource held that the entry gives nothing to compare with (no digest, no
+        late) — but for a resource the state does not know, whose file may be in place from
+        before the state (a copy made by other means, then followed with `--from`). A
+        resource held that the entry gives nothing to compare with (no digest, no
         `<lastmod>`) is taken as held: it was applied when it was listed, and asking again
         every run would cry wolf."""
         state = self.run.state
@@ -682,8 +684,10 @@ class Planner:
             res = plan.planned(uri, action)
             if action == "delete":
                 held = known is None
-            elif known is None or res is None:
+            elif res is None:
                 held = False
+            elif known is None:
+                held = self._in_place(uri, res)
             elif not any(a in known.hashes for a in res.hashes) and (
                 res.lastmod is None or known.lastmod is None
             ):
@@ -703,6 +707,20 @@ class Planner:
                 f"({format_w3c(cursor.datetime)}), and not what the copy holds{more}: "
                 "applied (the Source listed it after a later change was read)",
             )
+
+    def _in_place(self, uri: str, res: Resource) -> bool:
+        """Whether the file `uri` maps to is there, as `res` describes it: its length, and its
+        digest when the entry gives one we know."""
+        try:
+            got = self.run.mirror.local_digests(uri, list(res.hashes)[:1])
+        except ResourceSyncError:
+            return False
+        if got is None:
+            return False
+        length, digests = got
+        if res.length is not None and length != res.length:
+            return False
+        return all(res.hashes.get(a) == d for a, d in digests.items())
 
     def covering_lists(
         self, url: str, s: SetInfo, cursor: Cursor, report: SetReport
