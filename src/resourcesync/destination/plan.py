@@ -179,10 +179,10 @@ class Plan:
         q = "SELECT COUNT(*) FROM plan WHERE action = ?"
         return int(self.db.execute(q, (action,)).fetchone()[0])
 
-    def has(self, uri: str) -> bool:
-        """Whether anything is planned for `uri`."""
+    def uris(self) -> set[str]:
+        """The URIs planned so far."""
         self.flush()
-        return self.db.execute("SELECT 1 FROM plan WHERE uri = ?", (uri,)).fetchone() is not None
+        return {uri for (uri,) in self.db.execute("SELECT uri FROM plan")}
 
     def planned_bytes(self) -> int:
         """The bytes the planned fetches will bring, as far as the lists give lengths."""
@@ -586,7 +586,9 @@ class Planner:
         last = cursor
         passed_cursor = cursor.uri == ""
         behind = cursor.datetime - timedelta(seconds=lookback) if lookback > 0 else None
-        late_uris: set[str] = set()
+        any_late = False
+        # What earlier runs left to do, planned before the changes (few rows).
+        earlier = plan.uris() if behind is not None else set()
         mirror = self.run.mirror
         for res in entries:
             t = res.datetime
@@ -600,10 +602,10 @@ class Planner:
                     continue
                 # Behind the cursor: what earlier runs left to do (planned before the
                 # changes) stands; the rest is checked against the copy once planned.
-                if res.loc not in late_uris and plan.has(res.loc):
+                if res.loc in earlier:
                     continue
                 late = True
-                late_uris.add(res.loc)
+                any_late = True
             if not self.taken(res.loc):
                 if late:
                     continue
@@ -629,7 +631,8 @@ class Planner:
                 if t is not None and t >= last.datetime:
                     last = Cursor(t, res.loc)
                 continue
-            if res.change != "deleted" and not self.claim(res.loc, plan, report, path, quiet=late):
+            # (A change behind the cursor claims its file only once it is found missed.)
+            if res.change != "deleted" and not late and not self.claim(res.loc, plan, report, path):
                 continue
             action = "delete" if res.change == "deleted" else "fetch"
             sig = None if t is not None else undated_sig(res)
@@ -639,7 +642,7 @@ class Planner:
                 if t >= last.datetime:
                     last = Cursor(t, res.loc)
         state = self.run.state
-        if late_uris:
+        if any_late:
             self._late(plan, report, cursor)
         # Undated changes already applied by an earlier run are not changes now.
         plan.flush()
@@ -677,15 +680,16 @@ class Planner:
         every run would cry wolf."""
         state = self.run.state
         plan.flush()
-        rows = plan.db.execute("SELECT uri, action FROM plan WHERE late = 1").fetchall()
+        rows = plan.db.execute(
+            "SELECT uri, action, length, hashes, lastmod, datetime, links FROM plan WHERE late = 1"
+        ).fetchall()
         missed: list[str] = []
-        for uri, action in rows:
+        dropped: list[tuple[str]] = []
+        for uri, action, *described in rows:
             known = state.known(uri)
-            res = plan.planned(uri, action)
+            res = _resource(uri, *described)
             if action == "delete":
                 held = known is None
-            elif res is None:
-                held = False
             elif known is None:
                 held = self._in_place(uri, res)
             elif not any(a in known.hashes for a in res.hashes) and (
@@ -694,10 +698,11 @@ class Planner:
                 held = True
             else:
                 held = same(known.hashes, known.length, res, known.lastmod)
-            if held:
-                plan.drop(uri)
+            if held or (action != "delete" and not self.claim(uri, plan, report, quiet=True)):
+                dropped.append((uri,))  # (or its file is another URI's: refused before)
             else:
                 missed.append(uri)
+        plan.db.executemany("DELETE FROM plan WHERE uri = ?", dropped)
         if missed:
             report.changes += len(missed)
             more = f" (and {len(missed) - 1:,} more)" if len(missed) > 1 else ""
