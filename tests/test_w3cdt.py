@@ -45,6 +45,9 @@ def test_every_granularity_parses_to_aware_utc(text: str, expected: datetime) ->
         "2013-07-16T19:20:30+25:00",
         "2013-07-16T19:20:30.Z",
         "２０１３-07-16T19:20:30Z",
+        "２０１３-07-16",  # digits are ASCII digits, in every form
+        "2013-07-16T19:20:30.١٢٣Z",
+        "2013-07-16T19:20:30+09:60",
         "2013-07-16T19:20:30Zjunk",
     ],
 )
@@ -74,3 +77,32 @@ def test_format_is_utc_with_z_and_microseconds_only_when_present() -> None:
 )
 def test_parse_of_format_is_identity(value: datetime) -> None:
     assert parse_w3c(format_w3c(value)) == value
+
+
+#: Pieces of the full forms, right and wrong, for the test below.
+_PIECES = st.tuples(
+    st.sampled_from(["2013-07-16", "2013-02-30", "2013-13-01", "２０１３-07-16", "2013-7-16"]),
+    st.sampled_from(["T", " ", "t"]),
+    st.sampled_from(["19:20:30", "24:00:00", "19:20:60", "19:2a:30", "19:20:3"]),
+    st.sampled_from(["", ".", ".4", ".45", ".170491", ".9999999", ".١٢٣", ".4a", ",5"]),
+    st.sampled_from(
+        ["Z", "z", "", "+09:00", "-05:30", "+23:59", "+24:00", "+09:60", "+0900", "+09:0x", "+²3"]
+    ),
+)
+
+
+@given(_PIECES)
+def test_the_fast_paths_read_as_the_pattern_does(pieces: tuple[str, ...]) -> None:
+    """The shortcuts through the C parser (file times with fractions, numeric zones) give what
+    the pattern gives, and refuse what it refuses."""
+    from resourcesync.w3cdt import _by_pattern
+
+    text = "".join(pieces)
+    try:
+        expected = _by_pattern(text)
+    except W3CDatetimeError:
+        with pytest.raises(W3CDatetimeError):
+            parse_w3c(text)
+        return
+    assert parse_w3c(text) == expected
+    assert parse_w3c(text).tzinfo is UTC

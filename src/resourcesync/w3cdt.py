@@ -21,11 +21,14 @@ _PATTERN = re.compile(
     r"(?:-(?P<day>\d{2})"
     r"(?:T(?P<hour>\d{2}):(?P<minute>\d{2})"
     r"(?::(?P<second>\d{2})(?:\.(?P<fraction>\d+))?)?"
-    r"(?P<tz>Z|[+-]\d{2}:\d{2}))?)?)?"
+    r"(?P<tz>Z|[+-]\d{2}:\d{2}))?)?)?",
+    re.ASCII,  # digits are ASCII digits (`\d` alone also takes `２０１３` and `١٢٣`)
 )
 
 
-_ZONELESS = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})T(?P<time>\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)")
+_ZONELESS = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})T(?P<time>\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)", re.ASCII
+)
 
 
 class W3CDatetimeError(ValueError):
@@ -53,6 +56,15 @@ def parse_w3c(text: str) -> datetime:
             return datetime.fromisoformat(text)
         except ValueError as exc:
             raise W3CDatetimeError(f"not a valid datetime: {text!r} ({exc})") from None
+    if len(text) > 20 and text[10] == "T" and text[13] == ":" and text[16] == ":":
+        fast = _full_form(text)
+        if fast is not None:
+            return fast
+    return _by_pattern(text)
+
+
+def _by_pattern(text: str) -> datetime:
+    """`parse_w3c` by the pattern alone: every form, and the reason a text is refused."""
     m = _PATTERN.fullmatch(text.strip())
     if m is None:
         raise W3CDatetimeError(f"not a W3C datetime: {text!r}")
@@ -79,6 +91,32 @@ def parse_w3c(text: str) -> datetime:
     except ValueError as exc:
         raise W3CDatetimeError(f"not a valid datetime: {text!r} ({exc})") from None
     return value.astimezone(UTC) if zone is not UTC else value
+
+
+def _full_form(text: str) -> datetime | None:
+    """The other full forms the C parser reads as W3C Datetime means them, when `text` has one
+    of their shapes exactly: a fraction of any length (`…:ss.170491Z`, what file times give),
+    a numeric zone (`…:ss+09:00`, as Japanese repositories write), or both. None otherwise
+    (and when the C parser refuses it): the pattern then decides, and says why."""
+    if text[4] != "-" or text[7] != "-":
+        return None
+    if text[-1] == "Z":
+        zone = len(text) - 1
+    elif text[-6] in "+-" and text[-3] == ":":
+        zone = len(text) - 6
+        if not (text[-5:-3] + text[-2:]).isdigit() or text[-2] > "5":
+            return None  # (the C parser takes a zone's minutes up to 99)
+    else:
+        return None
+    if zone != 19:
+        digits = text[20:zone]
+        if text[19] != "." or not digits or not (digits.isascii() and digits.isdigit()):
+            return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if text[-1] == "Z" else value.astimezone(UTC)
 
 
 def parse_zoneless(text: str) -> datetime | None:

@@ -95,7 +95,7 @@ class Plan:
                     uri,
                     action,
                     res.length,
-                    json.dumps(res.hashes) if res.hashes else None,
+                    _hashes_column(res.hashes) if res.hashes else None,
                     lastmod,
                     # A Resource List's entry: its change time is its lastmod (formatted once).
                     lastmod if when is res.lastmod else format_w3c(when) if when else None,
@@ -236,12 +236,32 @@ def _resource(
     return Resource(
         loc=uri,
         length=length,
-        hashes=json.loads(hashes) if hashes else {},
+        hashes=_hashes_of(hashes) if hashes else {},
         lastmod=modified,
         # A Resource List's entry changed when it was modified: the same text, read once.
         datetime=modified if when == lastmod else parse_w3c(when) if when else None,
         links=[link_from_json(d) for d in json.loads(links)] if links else [],
     )
+
+
+def _hashes_column(hashes: dict[str, str]) -> str:
+    """An entry's digests as the plan keeps them: `algo:value` tokens, as the `rs:md hash`
+    attribute they were read from gives them (JSON when one would not read back so)."""
+    text = " ".join([f"{algo}:{value}" for algo, value in hashes.items()])
+    if (
+        text[:1] != "{"
+        and text.count(" ") == len(hashes) - 1
+        and not any(":" in algo for algo in hashes)
+    ):
+        return text
+    return json.dumps(hashes)
+
+
+def _hashes_of(column: str) -> dict[str, str]:
+    """`_hashes_column`'s inverse."""
+    if column.startswith("{"):
+        return dict(json.loads(column))
+    return dict(token.split(":", 1) for token in column.split(" "))  # type: ignore[misc]
 
 
 def expect(capability: str | None, wanted: str, url: str) -> None:

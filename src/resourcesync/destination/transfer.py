@@ -297,8 +297,7 @@ class Transfer:
         with mirror.incoming(
             uri, length=res.length, hashes=hashes, at=at, mtime=res.lastmod
         ) as inc:
-            async for chunk in response.body(self.run.bandwidth):
-                inc.write(chunk)
+            await response.pour(inc.write, self.run.bandwidth)
             written = inc.commit()
         primary = source == uri
         # Recorded in batches: a run killed before a batch is written fetches those few

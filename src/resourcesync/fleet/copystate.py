@@ -32,6 +32,7 @@ from ..destination.state import (
     DestinationState,
     Held,
     Known,
+    hashes_of,
     links_column,
     links_of,
     path_key,
@@ -209,7 +210,7 @@ class StoreCopyState:
         if not rows:
             return None
         r = rows[0]
-        return Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]), r[7])
+        return Known(r[0], r[1], r[2], hashes_of(r[3]), r[4], r[5], links_of(r[6]), r[7])
 
     def record(
         self,
@@ -281,7 +282,7 @@ class StoreCopyState:
             "fleet_copy_resource WHERE copy_name = ? AND uri > ? ORDER BY uri LIMIT ?",
             (self.name,),
         ):
-            yield Known(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], links_of(r[6]), r[7])
+            yield Known(r[0], r[1], r[2], hashes_of(r[3]), r[4], r[5], links_of(r[6]), r[7])
 
     def held(self, set_key: str) -> Iterator[Held]:
         for uri, path, length, lastmod in self._paged(

@@ -308,7 +308,9 @@ class _Guard:
             self.limit = length
             self._why = ("declared",)
 
-    def raw(self, data: bytes) -> Iterator[bytes]:
+    def raw(self, data: bytes) -> Iterable[bytes]:
+        """The decoded pieces of `data`, a piece of the body as it arrived (BodyRefused past
+        a limit, the deadline or below the minimum rate)."""
         if self.refused is not None:
             raise BodyRefused(self.refused)
         now = time.monotonic()
@@ -327,20 +329,32 @@ class _Guard:
                     f"of {self.min_rate:g} bytes/s (--min-rate)"
                 )
             self.window_start, self.window_bytes = now, 0
-        yield from self._decode(data, 0)
+        if not self.decoders:
+            # Nothing to decode (most bodies): the piece itself, without a generator's frame.
+            self._count(data)
+            return (data,)
+        return self._decode(data, 0)
+
+    def _count(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise BodyRefused(f"abandoned: {self.why}")
 
     def _decode(self, data: bytes, level: int) -> Iterator[bytes]:
         if level == len(self.decoders):
-            self.size += len(data)
-            if self.size > self.limit:
-                raise BodyRefused(f"abandoned: {self.why}")
+            self._count(data)
             yield data
             return
         for piece in self.decoders[level].feed(data):
             yield from self._decode(piece, level + 1)
 
-    def end(self) -> Iterator[bytes]:
+    def end(self) -> Iterable[bytes]:
         """What the decoders still hold once the network body has ended."""
+        if not self.decoders:
+            return ()
+        return self._ends()
+
+    def _ends(self) -> Iterator[bytes]:
         for level in range(len(self.decoders)):
             yield from self._decode(b"", level)
 
