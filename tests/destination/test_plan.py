@@ -111,3 +111,26 @@ def test_strays_come_back_every_one_in_order_past_a_page() -> None:
     assert list(plan.strays()) == sorted(paths)
     plan.reset()
     assert list(plan.strays()) == []
+
+
+_DIGESTS = st.dictionaries(
+    st.sampled_from(["md5", "sha-256", "sha-1", "a:b", "{x", "", "é"]) | st.text(max_size=5),
+    st.sampled_from(["921ded5f4056685398acbce502bcbe7e", "kXNVhrMA==", "", "a b", "x:y", "é\n"])
+    | st.text(max_size=8),
+    max_size=3,
+)
+
+
+@given(_DIGESTS)
+@example({"md5": "921ded5f4056685398acbce502bcbe7e"})
+def test_digests_are_kept_as_they_were_given(hashes: dict[str, str]) -> None:
+    """The plan keeps an entry's digests as tokens and the state as JSON, each written by hand
+    for the usual case: both read back what was given, and the state's column is the JSON it
+    always was (a copy's database read by an older or newer version alike)."""
+    import json
+
+    from resourcesync.destination.state import hashes_column, hashes_of
+
+    assert plan_module._hashes_of(plan_module._hashes_column(hashes)) == hashes
+    assert hashes_column(hashes) == json.dumps(hashes, sort_keys=True)
+    assert hashes_of(hashes_column(hashes)) == hashes
