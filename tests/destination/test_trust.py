@@ -800,3 +800,44 @@ def test_a_change_that_appears_late_behind_the_cursor_is_applied(tmp_path: Path)
         assert (code, s["changes"], s["fetched"], s["problems"]) == (0, 0, 0, []), summary
         bad = cli("sync", b, dest, "--lookback", "soon")
         assert bad.exit_code == 2 and "not a duration: 'soon'" in bad.stderr, bad.stderr
+
+
+def test_audit_expects_what_a_change_listed_late_behind_the_resource_list_brought(
+    tmp_path: Path,
+) -> None:
+    """A change committed late and dated minutes before the Resource List's `at` is not in
+    that list (made before the commit), and a cursor at `at` never reads it: `sync
+    --lookback` takes it, and `audit` read the Resource List plus the changes after `at`
+    alone, so it called the file the copy rightly holds "extra" (exit 1, a false alarm). It
+    reads the changes listed `--lookback` behind `at` too; further back, neither does."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.files["/b.txt"] = b"b"
+        src.publish([entry(b, "/a.txt", b"a"), entry(b, "/b.txt", b"b")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        # Committed after the Resource List was made, dated two minutes before its `at`.
+        src.files["/y.txt"] = b"y"
+        src.files["/b.txt"] = b"B"
+        y = entry(b, "/y.txt", b"y", change="created", datetime="2023-12-31T23:58:00Z")
+        b2 = entry(b, "/b.txt", b"B", change="updated", datetime="2023-12-31T23:59:00Z")
+        del src.files["/a.txt"]
+        a = {"loc": f"{b}/a.txt", "change": "deleted", "datetime": "2024-01-01T00:01:00Z"}
+        src.docs["/changelist.xml"] = urlset(
+            "changelist", [y, b2, a], **{"from": "2023-12-31T23:00:00Z"}
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        s = _set(summary)
+        assert (code, s["fetched"], s["deleted"]) == (0, 2, 1), summary
+        assert tree(dest) == {"b.txt": b"B", "y.txt": b"y"}
+        code, report = cli_json("audit", b, dest)
+        assert code == 0, report
+        assert (report["in_sync"], report["extra"], report["different"]) == (2, 0, 0), report
+        # Without the window, as before: what the Resource List missed reads as wrong.
+        code, report = cli_json("audit", b, dest, "--lookback", "0")
+        assert code == 1 and (report["extra"], report["different"]) == (1, 1), report
+        # A copy that lacks the late change is told so.
+        (dest / "y.txt").unlink()
+        code, report = cli_json("audit", b, dest)
+        assert code == 1 and report["missing"] == 1, report

@@ -1,5 +1,5 @@
 """Audit: compare a copy with the Source's current state — its Resource List plus the changes
-listed after the Resource List's `at` — without changing anything."""
+listed after the Resource List's `at` (and `lookback` behind it) — without changing anything."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,9 @@ def audit(
     examples: int | None = 10,
 ) -> AuditReport:
     """Compare DEST with the Source's current state: its Resource List plus the changes listed
-    after the Resource List's `at`. Missing, extra and different resources (by digest when both
-    sides have one; else by length, and by `<lastmod>` against the one the copy's state
-    recorded with what it holds)."""
+    after the Resource List's `at` (and `options.lookback` behind it, as `sync` reads them).
+    Missing, extra and different resources (by digest when both sides have one; else by
+    length, and by `<lastmod>` against the one the copy's state recorded with what it holds)."""
     source, dest = os.fspath(source), Path(dest)
     opts = scoped(options or SyncOptions(), source)
     started = time.monotonic()
@@ -160,7 +160,13 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
     """Fill `expected` with the Source's current state: the Resource List at `at`, then every
     change after `at` in the Change Lists that cover that time — the Change List Archive
     included (issue 10.10) — or, from a Source that lists its changes only in a Change Dump,
-    in the packages' manifests (as `sync` takes them)."""
+    in the packages' manifests (as `sync` takes them).
+
+    The changes listed `opts.lookback` behind `at` are applied too, in order, as `sync
+    --lookback` reads them behind its cursor: one whose transaction committed after the
+    Resource List was made is listed there and missing from it. One the Resource List already
+    shows is applied again to the same end (the lists are in order: a later change of the
+    same resource comes after it)."""
     url = s.url("resourcelist")
     if url is None:
         raise ReadError(
@@ -201,14 +207,16 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
         changes = dumped_changes(client, opts.http, cd, s, at)
     else:
         return
-    # The changes after the Resource List's `at`, applied in order. Only `rs:md@datetime`
-    # dates a change (core 1.1 §7): an entry with a `<lastmod>` alone is the resource's
-    # Last-Modified, so it is applied unless what is expected already is newer.
+    # The changes after the Resource List's `at` (and the window behind it), applied in
+    # order. Only `rs:md@datetime` dates a change (core 1.1 §7): an entry with a `<lastmod>`
+    # alone is the resource's Last-Modified, so it is applied unless what is expected already
+    # is newer.
+    behind = at - timedelta(seconds=opts.lookback) if opts.lookback > 0 else None
     for res in changes:
         if res.change is None:
             continue
         if res.datetime is not None:
-            if res.datetime <= at:
+            if res.datetime <= at if behind is None else res.datetime < behind:
                 continue
         elif res.lastmod is not None:
             row = db.execute("SELECT lastmod FROM expected WHERE uri = ?", (res.loc,)).fetchone()
