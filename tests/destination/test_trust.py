@@ -674,14 +674,20 @@ def test_an_index_of_10000_parts_is_read_whole(tmp_path: Path) -> None:
         assert tree(dest) == {"last.txt": b"the last part's"}
 
 
-def _synced_to_x(src: Any, dest: Path, *paths: str) -> dict[str, Any]:
-    """A Source holding `paths` (each file's body its name) baselined into `dest`, then
-    `/x.txt` created on 2024-01-03 and synced: the copy's cursor is at x. Returns x's entry."""
-    b = src.base
+def _baselined(src: Any, dest: Path, *paths: str) -> None:
+    """A Source holding `paths` (each file's body the first letter of its name) in a
+    Resource List at AT, baselined into `dest`."""
     for rel in paths:
         src.files[rel] = rel[1:2].encode()
-    src.publish([entry(b, rel, src.files[rel]) for rel in paths], at=AT)
-    assert cli("sync", b, dest).exit_code == 0
+    src.publish([entry(src.base, rel, src.files[rel]) for rel in paths], at=AT)
+    assert cli("sync", src.base, dest).exit_code == 0
+
+
+def _synced_to_x(src: Any, dest: Path, *paths: str) -> dict[str, Any]:
+    """`_baselined`, then `/x.txt` created on 2024-01-03 and synced: the copy's cursor is at
+    x. Returns x's entry."""
+    b = src.base
+    _baselined(src, dest, *paths)
     src.files["/x.txt"] = b"x"
     x = entry(b, "/x.txt", b"x", change="created", datetime="2024-01-03T00:00:00Z")
     src.docs["/changelist.xml"] = urlset("changelist", [x], **{"from": AT})
@@ -813,10 +819,7 @@ def test_audit_expects_what_a_change_listed_late_behind_the_resource_list_brough
     dest = tmp_path / "dest"
     with hand_source() as src:
         b = src.base
-        src.files["/a.txt"] = b"a"
-        src.files["/b.txt"] = b"b"
-        src.publish([entry(b, "/a.txt", b"a"), entry(b, "/b.txt", b"b")], at=AT)
-        assert cli("sync", b, dest).exit_code == 0
+        _baselined(src, dest, "/a.txt", "/b.txt")
         # Committed after the Resource List was made, dated two minutes before its `at`.
         src.files["/y.txt"] = b"y"
         src.files["/b.txt"] = b"B"
