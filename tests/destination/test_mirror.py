@@ -529,6 +529,18 @@ def test_too_many_bytes_fail_at_once(mirror: Mirror, dest: Path) -> None:
         inc.write(b"y")
 
 
+def test_a_short_write_is_written_to_its_end(
+    mirror: Mirror, dest: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A piece the file system takes in parts (a signal, a pipe, a full quota's edge) is
+    written whole: `os.write` may write fewer bytes than given."""
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data)[:3]))
+    body = b"a piece written three bytes at a time"
+    put(mirror, f"{HOST}/r", body, length=len(body), hashes={"md5": md5(body)})
+    assert (dest / "r").read_bytes() == body
+
+
 def test_an_exception_in_the_block_aborts(mirror: Mirror, dest: Path) -> None:
     put(mirror, f"{HOST}/r", GOOD)
     with pytest.raises(RuntimeError), mirror.incoming(f"{HOST}/r") as inc:

@@ -302,6 +302,7 @@ class Mirror:
         self._dest_prefix = self._dest_str.rstrip("/") + "/"
         self.state_dir = self.dest / STATE_DIR_NAME
         self._state_str = str(self.state_dir)
+        self._state_prefix = self._state_str.rstrip(os.sep) + os.sep
         self._state_real = os.path.realpath(self.state_dir)
         self._safe_dirs: dict[str, str] = {}
         #: URI up to its last "/" -> (root, local directory, bytes of its path below the root
@@ -517,7 +518,7 @@ class Mirror:
             raise UnsafePath(f"path is longer than {MAX_PATH_BYTES} bytes")
         if len(os.fsencode(text)) + _TEMP_OVERHEAD >= MAX_PATH_BYTES:
             raise UnsafePath("local path would be too long for the file system")
-        if _is_within(text, self._state_str):
+        if text.startswith(self._state_prefix) or text == self._state_str:
             raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
         return text
 
@@ -545,7 +546,7 @@ class Mirror:
         so a sync of many files in one folder pays for the walk up its path once.
         """
         target = os.fspath(path)
-        if _is_within(target, self._state_str):
+        if target.startswith(self._state_prefix) or target == self._state_str:
             raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
         try:
             parent = os.path.dirname(target)
@@ -1111,9 +1112,12 @@ class Incoming:
         self._hasher.update(data)
         if self._fd is not None:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(self._fd, view) :]
+                # Mostly written whole at once; the rest of a short write after it.
+                done = os.write(self._fd, data)
+                if done < len(data):
+                    view = memoryview(data)[done:]
+                    while view:
+                        view = view[os.write(self._fd, view) :]
             except OSError as exc:
                 self.abort()
                 raise ResourceSyncError(
