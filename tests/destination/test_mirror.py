@@ -354,6 +354,27 @@ def test_file_directory_conflicts(mirror: Mirror, dest: Path) -> None:
     assert (dest / "d" / "x").read_bytes() == b"in d"
 
 
+def test_conflicts_in_the_directories_a_run_made(mirror: Mirror, dest: Path) -> None:
+    """In a directory the run created itself, a name is not looked at on the disk (only what
+    the run put there can be there): a directory it made at a file's name is still refused
+    before any request, and what someone else puts there is refused when it is written (a
+    symlink replaced, never written through; a directory fails the rename)."""
+    put(mirror, f"{HOST}/m/n/x", b"in n")
+    with pytest.raises(UnsafePath, match="conflicts with an existing directory"):
+        mirror.path_for(f"{HOST}/m/n")
+    outside = dest.parent / "outside"
+    outside.write_bytes(b"theirs")
+    os.symlink(outside, dest / "m" / "n" / "link")
+    put(mirror, f"{HOST}/m/n/link", b"ours")
+    assert outside.read_bytes() == b"theirs"
+    assert not (dest / "m" / "n" / "link").is_symlink()
+    assert (dest / "m" / "n" / "link").read_bytes() == b"ours"
+    (dest / "m" / "n" / "dir").mkdir()
+    with pytest.raises(ResourceSyncError, match=r"cannot put .* in place"):
+        put(mirror, f"{HOST}/m/n/dir", b"file")
+    assert sorted(os.listdir(dest / "m" / "n")) == ["dir", "link", "x"]
+
+
 # -- property: never outside ------------------------------------------------------------------
 
 PIECES = st.sampled_from(
