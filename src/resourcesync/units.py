@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["format_size", "parse_duration", "parse_size"]
+__all__ = ["ascii_int", "format_size", "parse_duration", "parse_size"]
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def ascii_int(text: str) -> int | None:
+    """The value of `text` when it is ASCII digits and nothing else (as the numbers of HTTP
+    headers and forms are: Content-Length, Retry-After, Range, a lease), else None.
+    `str.isdigit` alone takes `²`, which `int` refuses (a traceback from one header), and
+    `١٢`, which it reads."""
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def parse_size(text: str | int) -> int:

@@ -441,3 +441,35 @@ def test_a_host_that_refuses_connections_is_given_up(tmp_path: Path) -> None:
     # Per-resource failures are the three attempts that tripped it, not 60.
     assert sum("request failed" in m for m in problems(summary)) == 3
     assert len(state_rows(dest, "failed")) == 60
+
+
+def test_numbers_in_headers_are_ascii_digits_or_nothing(tmp_path: Path) -> None:
+    """`str.isdigit` takes `²`, which `int` and `float` refuse: a Source answering 503 with
+    `Retry-After: ²` stopped `sync` with a Python error. A header's number is ASCII digits or
+    it is not one (the delay is then the policy's own); the same for a server's `Range`, the
+    hub's and the subscriber's leases, the antenna's `Content-Length`."""
+    from resourcesync.http import retry_after_seconds
+    from resourcesync.source.server import parse_ranges
+
+    assert retry_after_seconds("120") == 120.0
+    assert retry_after_seconds("²") is None and retry_after_seconds("١٢") is None
+    assert parse_ranges("bytes=0-9", 20) == [(0, 10)]
+    for bad in ("bytes=²-", "bytes=-²", "bytes=0-²", "bytes=١-٢"):
+        assert parse_ranges(bad, 20) is None, bad
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        asked: list[str] = []
+
+        async def busy_once(request: Request) -> Response:
+            asked.append(request.url.path)
+            if len(asked) == 1:
+                # Starlette writes header values as Latin-1: these two bytes are `²` in UTF-8.
+                return Response(b"", status_code=503, headers={"Retry-After": "\xc2\xb2"})
+            return Response(b"a")
+
+        src.handlers["/a.txt"] = busy_once
+        src.publish([entry(b, "/a.txt", b"a")])
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0, summary
+        assert (dest / "a.txt").read_bytes() == b"a" and len(asked) == 2

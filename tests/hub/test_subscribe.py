@@ -160,6 +160,7 @@ _SUB = {"hub.mode": "subscribe", "hub.callback": "CB", "hub.topic": TOPIC}
         ({"hub.mode": "subscribe", "hub.callback": "CB", "hub.topic": "/rel"}, "hub.topic is not"),
         ({**_SUB, "hub.lease_seconds": "x"}, "positive integer"),
         ({**_SUB, "hub.lease_seconds": "0"}, "positive integer"),
+        ({**_SUB, "hub.lease_seconds": "²"}, "positive integer"),
         ({**_SUB, "hub.secret": "s" * 200}, "less than 200 bytes"),
     ],
 )

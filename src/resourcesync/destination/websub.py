@@ -41,6 +41,7 @@ from starlette.routing import Route
 
 from ..errors import ResourceSyncError
 from ..http import RetryPolicy
+from ..units import ascii_int
 from .discover import SetInfo
 
 __all__ = ["Callbacks", "Channel", "Endpoint", "Inbox", "serve_callbacks"]
@@ -153,8 +154,7 @@ class Callbacks:
         if not challenge:
             return PlainTextResponse("no challenge", 404)
         if mode == "subscribe" and not endpoint.leaving:
-            lease = q.get("hub.lease_seconds", "")
-            endpoint.lease = int(lease) if lease.isdigit() else 0
+            endpoint.lease = ascii_int(q.get("hub.lease_seconds", "")) or 0
             endpoint.verified.set()
             return PlainTextResponse(challenge)
         if mode == "unsubscribe" and endpoint.leaving:

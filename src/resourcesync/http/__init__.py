@@ -26,6 +26,7 @@ import httpx
 
 from .. import __version__, rng
 from ..errors import FetchError
+from ..units import ascii_int
 from . import tls
 
 __all__ = [
@@ -540,8 +541,9 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    seconds = ascii_int(value)
+    if seconds is not None:
+        return float(seconds)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -45,6 +45,7 @@ from ..errors import ResourceSyncError
 from ..http import HttpOptions, RetryPolicy, make_async_client
 from ..model import Capability
 from ..sitemap import open_document
+from ..units import ascii_int
 from .config import HubConfig
 from .deliver import Deliverer
 from .store import Store
@@ -124,8 +125,8 @@ class _TooLarge(Exception):
 
 
 async def _read_capped(request: Request, cap: int) -> bytes:
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > cap:
+    length = ascii_int(request.headers.get("content-length", ""))
+    if length is not None and length > cap:
         raise _TooLarge
     body = bytearray()
     async for chunk in request.stream():
@@ -298,10 +299,9 @@ class Hub:
                 return _bad(f"{name} is not an absolute http(s) URL")
         lease: int | None = None
         if mode == "subscribe" and form.get("hub.lease_seconds", "") != "":
-            raw = form["hub.lease_seconds"].strip()
-            if not raw.isdigit() or int(raw) == 0:
+            lease = ascii_int(form["hub.lease_seconds"].strip())
+            if not lease:
                 return _bad("hub.lease_seconds must be a positive integer")
-            lease = int(raw)
         secret: bytes | None = None
         if form.get("hub.secret"):
             secret = form["hub.secret"].encode("utf-8")

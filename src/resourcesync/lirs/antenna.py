@@ -54,6 +54,7 @@ from ..errors import ReadError, ResourceSyncError
 from ..http import HttpOptions, RetryPolicy, make_async_client
 from ..model import Capability, Change, Document, Link, Resource
 from ..sitemap import write_document
+from ..units import ascii_int
 from ..w3cdt import format_w3c
 from .codec import LirsWarning, LirsWriter, Record, detect_encoding, is_lirs_url, open_lirs
 from .convert import LIRS_NS, record_to_resource
@@ -282,7 +283,7 @@ async def _check_site(
             length = head.headers.get("Content-Length", "")
             return judged(
                 lm,
-                content_length=int(length) if length.isdigit() else 0,
+                content_length=ascii_int(length) or 0,
                 etag=head.headers.get("ETag"),
                 last_modified_header=head.headers.get("Last-Modified"),
                 via="head",
@@ -305,7 +306,9 @@ async def _check_site(
         headers = resp.headers
     title = _page_title(body, headers.get("Content-Type"))
     length_header = headers.get("Content-Length", "")
-    length = int(length_header) if length_header.isdigit() else len(body)
+    length = ascii_int(length_header)
+    if length is None:
+        length = len(body)
     lm = _http_date(headers.get("Last-Modified"), now)
     common: dict[str, Any] = {
         "content_length": length,

@@ -59,6 +59,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..iri import display_iri
+from ..units import ascii_int
 from ..w3cdt import parse_w3c
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, STATE_DIR, PublishConfig
 from .inventory import guess_type
@@ -455,22 +456,23 @@ def parse_ranges(value: str, size: int) -> list[tuple[int, int]] | None:
         return None
     ranges = []
     for item in specs:
-        first, dash, last = item.strip().partition("-")
-        if not dash or not (first.isdigit() or (not first and last.isdigit())):
+        first_text, dash, last_text = item.strip().partition("-")
+        first, last = ascii_int(first_text), ascii_int(last_text)
+        if not dash or (first is None and (first_text or last is None)):
             return None
-        if last and not last.isdigit():
+        if last_text and last is None:
             return None
-        if not first:  # suffix: the last N bytes
-            n = int(last)
-            if n > 0 and size > 0:
-                ranges.append((max(size - n, 0), size))
+        if first is None:  # suffix: the last N bytes
+            assert last is not None
+            if last > 0 and size > 0:
+                ranges.append((max(size - last, 0), size))
             continue
-        start = int(first)
-        if last and int(last) < start:
+        start = first
+        if last is not None and last < start:
             return None
         if start >= size:
             continue
-        end = min(int(last) + 1, size) if last else size
+        end = min(last + 1, size) if last is not None else size
         ranges.append((start, end))
     ranges.sort()
     merged: list[tuple[int, int]] = []
