@@ -9,12 +9,19 @@ __all__ = ["ascii_int", "format_size", "parse_duration", "parse_size"]
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
+#: Digits beyond which a number in a header is not taken (Python refuses to convert more than
+#: 4,300; no length, delay or lease needs more than 20).
+_MAX_DIGITS = 100
+
+
 def ascii_int(text: str) -> int | None:
     """The value of `text` when it is ASCII digits and nothing else (as the numbers of HTTP
-    headers and forms are: Content-Length, Retry-After, Range, a lease), else None.
-    `str.isdigit` alone takes `²`, which `int` refuses (a traceback from one header), and
-    `١٢`, which it reads."""
-    return int(text) if text.isascii() and text.isdigit() else None
+    headers and forms are: Content-Length, Retry-After, Range, a lease), at most 100 of them;
+    else None. `str.isdigit` alone takes `²`, which `int` refuses (a traceback from one
+    header), and `١٢`, which it reads."""
+    if len(text) > _MAX_DIGITS or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
 
 
 def parse_size(text: str | int) -> int:

@@ -453,8 +453,10 @@ def test_numbers_in_headers_are_ascii_digits_or_nothing(tmp_path: Path) -> None:
 
     assert retry_after_seconds("120") == 120.0
     assert retry_after_seconds("²") is None and retry_after_seconds("١٢") is None
+    assert retry_after_seconds("9" * 5000) is None  # (int() refuses past 4,300 digits)
     assert parse_ranges("bytes=0-9", 20) == [(0, 10)]
-    for bad in ("bytes=²-", "bytes=-²", "bytes=0-²", "bytes=١-٢"):
+    assert parse_ranges("bytes=0-" + "9" * 30, 20) == [(0, 20)]
+    for bad in ("bytes=²-", "bytes=-²", "bytes=0-²", "bytes=١-٢", "bytes=0-" + "9" * 5000):
         assert parse_ranges(bad, 20) is None, bad
     dest = tmp_path / "dest"
     with hand_source() as src:

@@ -259,3 +259,17 @@ def test_spec_examples_convert(tmp_path: Path, specs_dir: Path, capability: str)
     # And back: a valid document of the same kind.
     to_resourcesync(records, tmp_path / "again.xml", capability)
     _validate(tmp_path / "again.xml", linked=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "tz"),
+    [("+32400", 32400), ("-18000", -18000), ("3600", 3600), ("+-5", 7), ("²", 7), ("9" * 5000, 7)],
+)
+def test_an_entrys_time_zone_offset_is_a_number_or_the_default(text: str, tz: int) -> None:
+    """`lirs:tz` as a hostile list may give it: a signed run of ASCII digits within range, else
+    the default offset (`+-5` and 5,000 digits were tracebacks from `int`)."""
+    from resourcesync.lirs.convert import resource_to_record
+
+    res = Resource(loc="http://a.example/", md_extra={f"{{{LIRS_NS}}}tz": text})
+    record = resource_to_record(res, detected=1700000000, tz_offset=7)
+    assert record is not None and record.tz_offset == tz

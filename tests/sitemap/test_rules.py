@@ -715,6 +715,9 @@ def test_header_element_between_entries_past_the_first_chunk_is_a_warning() -> N
         (url(md='length="12.5"'), "rs:md length: '12.5' is not a non-negative integer"),
         (url(md='length="-3"'), "rs:md length: '-3' is not a non-negative integer"),
         (url(md='length="many"'), "rs:md length: 'many' is not a non-negative integer"),
+        # More digits than Python converts (4,300): a traceback from a hostile list, before.
+        (url(md=f'length="{"9" * 5000}"'), "rs:md length: '9999999999"),
+        (url(md='length="²"'), "rs:md length: '²' is not a non-negative integer"),
         (url(md='hash="md5"'), "rs:md hash: hash token 'md5' is not of the form algorithm:value"),
         (url(md='hash="md5:"'), "rs:md hash: hash token 'md5:'"),
         (url(md='hash="md5:aa md5:bb"'), "hash algorithm 'md5' given twice"),

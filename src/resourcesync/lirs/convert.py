@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from ..model import Capability, Change, Document, Link, Resource
 from ..sitemap import iter_entries, open_document, write_document
+from ..units import ascii_int
 from ..w3cdt import W3CDatetimeError, format_w3c, parse_w3c
 from .codec import MAX_TIME, MAX_TZ, LirsWriter, Record, is_lirs_url, join_fields, split_fields
 from .merge import RecordTable
@@ -111,8 +112,10 @@ def resource_to_record(
             last_detected = _seconds(parse_w3c(md[_DETECTED]))
     tz = tz_offset
     text = md.get(_TZ, "")
-    if text.lstrip("+-").isdigit() and text.isascii() and abs(int(text)) <= MAX_TZ:
-        tz = int(text)
+    sign = -1 if text[:1] == "-" else 1
+    offset = ascii_int(text[1:] if text[:1] in ("+", "-") else text)
+    if offset is not None and offset <= MAX_TZ:
+        tz = sign * offset
     if not (0 <= last_modified <= MAX_TIME and 0 <= last_detected <= MAX_TIME):
         return None
     ext = md.get(_EXTENSIONS, "")

@@ -30,6 +30,7 @@ from lxml import etree
 from ..errors import FormatError, ReadError
 from ..hashing import normalise_digest, parse_hashes
 from ..model import RS_NS, SITEMAP_NS, Document, Link, Resource
+from ..units import ascii_int
 from ..w3cdt import W3CDatetimeError, parse_w3c, parse_zoneless
 
 __all__ = [
@@ -584,11 +585,11 @@ class DocumentReader:
         return hashes
 
     def _int(self, text: str, what: str, line: int, loc: str | None) -> int | None:
-        t = text.strip()
-        if t.isdigit() and t.isascii():
-            return int(t)
-        self._problem(f"{what}: {text!r} is not a non-negative integer", line, loc)
-        return None
+        value = ascii_int(text.strip())
+        if value is None:
+            shown = text if len(text) <= 40 else f"{text[:40]}…"
+            self._problem(f"{what}: {shown!r} is not a non-negative integer", line, loc)
+        return value
 
     def _md(self, attrib: Any, target: Any, line: int, loc: str | None) -> None:
         for key, value in attrib.items():
@@ -689,10 +690,10 @@ class DocumentReader:
                             value, "rs:md hash", child.sourceline, res.loc or None
                         )
                     elif key == "length":
-                        if value.isdigit() and value.isascii():
-                            res.length = int(value)
-                        else:
-                            res.length = self._int(value, "rs:md length", child.sourceline, res.loc)
+                        length = ascii_int(value)
+                        if length is None:
+                            length = self._int(value, "rs:md length", child.sourceline, res.loc)
+                        res.length = length
                     elif key == "type":
                         res.type = value
                     elif key == "change":
