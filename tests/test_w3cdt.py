@@ -48,6 +48,10 @@ def test_every_granularity_parses_to_aware_utc(text: str, expected: datetime) ->
         "２０１３-07-16",  # digits are ASCII digits, in every form
         "2013-07-16T19:20:30.١٢٣Z",
         "2013-07-16T19:20:30+09:60",
+        # Before year 1 or after 9999 once in UTC: no datetime holds them (OverflowError, before).
+        "0001-01-01T00:00:00+01:00",
+        "9999-12-31T23:59:59-01:00",
+        "9999-12-31T23:59:59.5-01:00",
         "2013-07-16T19:20:30Zjunk",
     ],
 )
@@ -106,3 +110,13 @@ def test_the_fast_paths_read_as_the_pattern_does(pieces: tuple[str, ...]) -> Non
         return
     assert parse_w3c(text) == expected
     assert parse_w3c(text).tzinfo is UTC
+
+
+def test_seconds_before_stops_at_the_earliest_datetime() -> None:
+    from resourcesync.w3cdt import seconds_before
+
+    t = datetime(2024, 1, 1, tzinfo=UTC)
+    assert seconds_before(t, 600) == datetime(2023, 12, 31, 23, 50, tzinfo=UTC)
+    assert seconds_before(datetime(1, 1, 1, 0, 5, tzinfo=UTC), 600) == datetime.min.replace(
+        tzinfo=UTC
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
-__all__ = ["W3CDatetimeError", "format_w3c", "parse_w3c", "parse_zoneless"]
+__all__ = ["W3CDatetimeError", "format_w3c", "parse_w3c", "parse_zoneless", "seconds_before"]
 
 _PATTERN = re.compile(
     r"(?P<year>\d{4})"
@@ -88,9 +88,13 @@ def _by_pattern(text: str) -> datetime:
                 raise ValueError(f"zone offset out of range: {tz}")
             zone = timezone(sign * timedelta(hours=hours, minutes=minutes))
         value = datetime(year, month, day, hour, minute, second, micro, tzinfo=zone)
+        return value.astimezone(UTC) if zone is not UTC else value
     except ValueError as exc:
         raise W3CDatetimeError(f"not a valid datetime: {text!r} ({exc})") from None
-    return value.astimezone(UTC) if zone is not UTC else value
+    except OverflowError:
+        # `0001-01-01T00:00:00+01:00` is before year 1 in UTC (and 9999's last hour after
+        # 9999 west of Greenwich): no datetime holds it.
+        raise W3CDatetimeError(f"out of range once in UTC: {text!r}") from None
 
 
 def _full_form(text: str) -> datetime | None:
@@ -114,9 +118,19 @@ def _full_form(text: str) -> datetime | None:
             return None
     try:
         value = datetime.fromisoformat(text)
-    except ValueError:
+        return value if text[-1] == "Z" else value.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    return value if text[-1] == "Z" else value.astimezone(UTC)
+
+
+def seconds_before(t: datetime, seconds: float) -> datetime:
+    """`t` less `seconds`, or the earliest datetime there is when that is before year 1 (a
+    document may date a change at `0001-01-01T00:00:00Z`; a window behind it must not end a
+    run with OverflowError)."""
+    try:
+        return t - timedelta(seconds=seconds)
+    except OverflowError:
+        return datetime.min.replace(tzinfo=t.tzinfo)
 
 
 def parse_zoneless(text: str) -> datetime | None:

@@ -844,3 +844,20 @@ def test_audit_expects_what_a_change_listed_late_behind_the_resource_list_brough
         (dest / "y.txt").unlink()
         code, report = cli_json("audit", b, dest)
         assert code == 1 and report["missing"] == 1, report
+
+
+def test_a_source_dated_at_year_one_is_followed(tmp_path: Path) -> None:
+    """A Resource List whose `at` is `0001-01-01T00:00:00Z` (a placeholder some Sources
+    write): the copy's cursor is there, and the window `--lookback` looks behind it (and
+    `audit` behind `at`) began before year 1 — every later run and audit ended in a Python
+    OverflowError. The window stops at the earliest datetime."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")], at="0001-01-01T00:00:00Z")
+        assert cli("sync", b, dest).exit_code == 0
+        code, summary = cli_json("sync", b, dest)
+        assert (code, _set(summary)["changes"]) == (0, 0), summary
+        code, report = cli_json("audit", b, dest)
+        assert code == 0 and report["in_sync"] == 1, report

@@ -9,7 +9,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from ..http import make_client
 from ..model import Resource
 from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX
-from ..w3cdt import parse_w3c
+from ..w3cdt import parse_w3c, seconds_before
 from .discover import SetInfo, discover
 from .dumps import dumped_changes
 from .mirror import Mapping, Mirror, UnsafePath
@@ -211,7 +211,7 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
     # order. Only `rs:md@datetime` dates a change (core 1.1 §7): an entry with a `<lastmod>`
     # alone is the resource's Last-Modified, so it is applied unless what is expected already
     # is newer.
-    behind = at - timedelta(seconds=opts.lookback) if opts.lookback > 0 else None
+    behind = seconds_before(at, opts.lookback) if opts.lookback > 0 else None
     for res in changes:
         if res.change is None:
             continue

@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from ..errors import ReadError, ResourceSyncError
@@ -22,7 +22,7 @@ from ..model import Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..sitemap.read import DocumentReader
-from ..w3cdt import format_w3c, parse_w3c
+from ..w3cdt import format_w3c, parse_w3c, seconds_before
 from .discover import SetInfo
 from .mirror import UnsafePath
 from .options import Run
@@ -605,7 +605,7 @@ class Planner:
         the copy does not hold as listed there is planned (see `_late`)."""
         last = cursor
         passed_cursor = cursor.uri == ""
-        behind = cursor.datetime - timedelta(seconds=lookback) if lookback > 0 else None
+        behind = seconds_before(cursor.datetime, lookback) if lookback > 0 else None
         any_late = False
         # What earlier runs left to do, planned before the changes (few rows).
         earlier = plan.uris() if behind is not None else set()
