@@ -27,7 +27,7 @@ from .discover import SetInfo
 from .mirror import UnsafePath
 from .options import Run
 from .report import SetReport
-from .state import Cursor, Known, keep_links, links_column, path_key
+from .state import Cursor, Known, hashes_column, hashes_of, keep_links, links_column, path_key
 
 __all__ = ["InOrder", "Plan", "Planner", "change_entries", "expect", "lists_covering", "same"]
 
@@ -95,7 +95,7 @@ class Plan:
                     uri,
                     action,
                     res.length,
-                    _hashes_column(res.hashes) if res.hashes else None,
+                    hashes_column(res.hashes) if res.hashes else None,
                     lastmod,
                     # A Resource List's entry: its change time is its lastmod (formatted once).
                     lastmod if when is res.lastmod else format_w3c(when) if when else None,
@@ -236,32 +236,12 @@ def _resource(
     return Resource(
         loc=uri,
         length=length,
-        hashes=_hashes_of(hashes) if hashes else {},
+        hashes=hashes_of(hashes) if hashes else {},
         lastmod=modified,
         # A Resource List's entry changed when it was modified: the same text, read once.
         datetime=modified if when == lastmod else parse_w3c(when) if when else None,
         links=[link_from_json(d) for d in json.loads(links)] if links else [],
     )
-
-
-def _hashes_column(hashes: dict[str, str]) -> str:
-    """An entry's digests as the plan keeps them: `algo:value` tokens, as the `rs:md hash`
-    attribute they were read from gives them (JSON when one would not read back so)."""
-    text = " ".join([f"{algo}:{value}" for algo, value in hashes.items()])
-    if (
-        text[:1] != "{"
-        and text.count(" ") == len(hashes) - 1
-        and not any(":" in algo for algo in hashes)
-    ):
-        return text
-    return json.dumps(hashes)
-
-
-def _hashes_of(column: str) -> dict[str, str]:
-    """`_hashes_column`'s inverse."""
-    if column.startswith("{"):
-        return dict(json.loads(column))
-    return dict(token.split(":", 1) for token in column.split(" "))  # type: ignore[misc]
 
 
 def expect(capability: str | None, wanted: str, url: str) -> None:
