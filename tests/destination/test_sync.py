@@ -8,9 +8,11 @@ once", "nothing transferred" and "at most N at once" are measured where the byte
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -721,6 +723,40 @@ def test_delay_spaces_requests_to_one_host(tmp_path: Path) -> None:
         code, _ = cli_json("sync", src.root, tmp_path / "dest", "--delay", "0.1")
         assert code == 0
         assert time.monotonic() - started >= 0.4
+
+
+def test_the_next_request_to_a_host_goes_out_before_a_copy_waits_for_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --fsync a copy's commit waits for the disk, the event loop with it: the host's
+    next request is sent first (the per-host limit counts requests in flight, not our disk's
+    work). The disk here is slow until the Source has been asked for b.txt: before, the
+    request for b.txt waited behind the disk, for as long as the disk took."""
+    asked_for_b = threading.Event()
+    waited: list[bool] = []
+    real_fsync = os.fsync
+
+    def slow_disk(fd: int) -> None:
+        if not waited and "a.txt" in os.readlink(f"/proc/self/fd/{fd}"):
+            waited.append(asked_for_b.wait(timeout=5))
+        real_fsync(fd)
+
+    def watch(app: Any, _: Any) -> Any:
+        async def middleware(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and scope["path"] == "/b.txt":
+                asked_for_b.set()
+            await app(scope, receive, send)
+
+        return middleware
+
+    files = {"a.txt": b"a", "b.txt": b"b"}
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, files, wrap=watch) as src:
+        monkeypatch.setattr(os, "fsync", slow_disk)
+        code, summary = cli_json("sync", src.root, dest, "--per-host", "1", "--fsync")
+        assert code == 0, summary
+    assert tree(dest) == files
+    assert waited == [True]
 
 
 def test_baseline_of_an_emptied_source_keeps_files_pending_until_delete(tmp_path: Path) -> None:

@@ -33,6 +33,56 @@ RECORD_BATCH = 256
 _AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
 
 
+class _Slot:
+    """A transfer's place among the run's transfers and its host's (`--transfers`,
+    `--per-host`): held while a request is out. With --fsync it is handed over once the
+    Source has answered in full (the connection is back in the pool), so that the host's next
+    request goes out before this copy waits for the disk: the host's limit counts requests,
+    not our disk's work. Taken again for a second request."""
+
+    __slots__ = ("_semaphores", "held")
+
+    def __init__(self, *semaphores: asyncio.Semaphore) -> None:
+        self._semaphores = semaphores
+        self.held = False
+
+    async def hold(self) -> None:
+        if self.held:
+            return
+        taken: list[asyncio.Semaphore] = []
+        try:
+            for semaphore in self._semaphores:
+                await semaphore.acquire()
+                taken.append(semaphore)
+        except BaseException:
+            for semaphore in taken:
+                semaphore.release()
+            raise
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            for semaphore in self._semaphores:
+                semaphore.release()
+
+    async def hand_over(self) -> None:
+        """Release, and let a transfer waiting for the place send its request first: one turn
+        of the event loop for it to run, another for the loop to write what it queued (uvloop
+        writes a turn's output once the turn is over)."""
+        if self.held:
+            self.release()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+    async def __aenter__(self) -> _Slot:
+        await self.hold()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
 def host_key(uri: str) -> str:
     """The host a URI's request goes to, as the per-host limits count it: `urlsplit`'s netloc,
     lower-cased (a match instead of a split: once a resource, it was 1.4 % of a sync's CPU)."""
@@ -73,7 +123,7 @@ class Transfer:
         async def one(client: TransferSession, uri: str, res: Resource, held: bool | None) -> None:
             nonlocal done
             host = host_key(uri)
-            async with transfers, hosts[host]:
+            async with _Slot(transfers, hosts[host]) as slot:
                 if host in given_up:
                     given_up[host] += 1
                     self._give_up(uri, res, key, report, host, opts.host_failures)
@@ -88,7 +138,14 @@ class Transfer:
                         given_up[host] += 1
                         self._give_up(uri, res, key, report, host, opts.host_failures)
                     elif await self._fetch_one(
-                        client, uri, res, key, report, retry=failures[host] == 0, held=held
+                        client,
+                        uri,
+                        res,
+                        key,
+                        report,
+                        retry=failures[host] == 0,
+                        held=held,
+                        slot=slot,
                     ):
                         failures[host] += 1
                         if failures[host] >= opts.host_failures > 0:
@@ -173,13 +230,15 @@ class Transfer:
         *,
         retry: bool = True,
         held: bool | None = None,
+        slot: _Slot | None = None,
     ) -> bool:
         """Fetch one resource and record the outcome; True when its host could not be
         reached (a connection failure, after the retries). Without `retry` (its host has just
         failed to connect after every retry) one attempt is made: a host that is down is
         given up in seconds, not after every resource's backoff. `held` False: the state did
         not hold `uri` when it was planned (in this run, under its lock), so it is not looked
-        up again."""
+        up again. `slot`: this transfer's place, handed over once the Source has answered (and
+        taken again for a second request)."""
         mirror, state = self.run.mirror, self.run.state
         http = self.run.options.http
         if not retry:
@@ -194,6 +253,8 @@ class Transfer:
             self._refused(uri, exc, expected, key, report)
             return False
         for attempt in (1, 2):
+            if slot is not None:
+                await slot.hold()
             headers: dict[str, str] = {}
             known = state.known(uri) if held is not False else None
             if known is not None and attempt == 1 and (mirror.dest / known.path).is_file():
@@ -247,7 +308,9 @@ class Transfer:
                                 keep_links(state, known, res)
                             return False
                         continue  # the Source says otherwise: fetch it unconditionally
-                    await self._receive(response, uri, uri, res, key, report, known is None, at)
+                    await self._receive(
+                        response, uri, uri, res, key, report, known is None, at, slot
+                    )
                     return False
             except UnsafePath as exc:
                 self._refused(uri, exc, expected, key, report)
@@ -262,7 +325,7 @@ class Transfer:
             except OSError as exc:
                 last_error = f"cannot write: {exc.strerror or exc}"
                 break
-        if await self._from_mirrors(client, uri, res, key, report, http, last_error):
+        if await self._from_mirrors(client, uri, res, key, report, http, last_error, slot):
             return False
         report.failed += 1
         report.problem(uri, last_error)
@@ -286,6 +349,7 @@ class Transfer:
         report: SetReport,
         new: bool,
         at: Located | None = None,
+        slot: _Slot | None = None,
     ) -> None:
         """Write `response` (from `source`: `uri` itself or one of its mirrors) as the copy
         of `uri` through the mirror — verified against the list's length and digests — and
@@ -298,6 +362,11 @@ class Transfer:
             uri, length=res.length, hashes=hashes, at=at, mtime=res.lastmod
         ) as inc:
             await response.pour(inc.write, self.run.bandwidth)
+            if slot is not None and mirror.fsync:
+                # The commit waits for the disk (milliseconds, the event loop with it): the
+                # host's next request goes out first. Without --fsync it costs less than the
+                # hand-over itself.
+                await slot.hand_over()
             written = inc.commit()
         primary = source == uri
         # Recorded in batches: a run killed before a batch is written fetches those few
@@ -330,6 +399,7 @@ class Transfer:
         report: SetReport,
         http: HttpOptions,
         why: str,
+        slot: _Slot | None = None,
     ) -> bool:
         """When `<loc>` failed: the entry's `rel="duplicate"` mirrors in `pri` order (core
         §14.2), each verified against the same length and digest (issue 10.14). Without either
@@ -340,6 +410,8 @@ class Transfer:
         mirrors = [ln.href for ln in found]
         if not mirrors or not (res.hashes and self.run.options.checksum):
             return False
+        if slot is not None:
+            await slot.hold()  # a request again (the Source's answer may have handed it over)
         new = self.run.state.known(uri) is None
         for href in mirrors:
             try:
