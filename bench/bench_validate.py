@@ -15,39 +15,29 @@ from datetime import UTC, datetime
 from _common import OUT, best, best_alternating, command, environment, machine
 
 #: The bare loop: parse every entry, streaming, and let it go (what any validator must at least
-#: do; its rules come on top).
-BARE = """
+#: do; its rules come on top). `{each}`: what is done with each entry.
+LOOP = """
 import sys
 from lxml import etree
 n = 0
 for _, el in etree.iterparse(sys.argv[1], events=("end",),
-                             tag="{http://www.sitemaps.org/schemas/sitemap/0.9}url",
+                             tag="{{http://www.sitemaps.org/schemas/sitemap/0.9}}url",
                              resolve_entities=False, no_network=True):
     n += 1
+{each}
     el.clear()
     while el.getprevious() is not None:
         del el.getparent()[0]
 print(n)
 """
-
+BARE = LOOP.format(each="")
 #: The bare loop that also takes every value out of each entry (each child's tag, text,
 #: attributes and line), as any validator built on lxml must before it checks anything: the
 #: floor of a Python validator, shown beside the bare loop.
-EXTRACT = """
-import sys
-from lxml import etree
-n = 0
-for _, el in etree.iterparse(sys.argv[1], events=("end",),
-                             tag="{http://www.sitemaps.org/schemas/sitemap/0.9}url",
-                             resolve_entities=False, no_network=True):
-    n += 1
-    for child in el[:]:
-        child.tag, child.text, dict(child.attrib), child.sourceline
-    el.clear()
-    while el.getprevious() is not None:
-        del el.getparent()[0]
-print(n)
-"""
+EXTRACT = LOOP.format(
+    each="    for child in el[:]:\n"
+    "        child.tag, child.text, dict(child.attrib), child.sourceline"
+)
 
 
 def make_list(n: int) -> str:
