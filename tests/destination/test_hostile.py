@@ -32,6 +32,7 @@ from tests.destination.helpers import (
     hand_source,
     set_report,
     state_rows,
+    tree,
     urlset,
 )
 from tests.servers import serve
@@ -348,23 +349,66 @@ def test_a_double_gzip_bomb_in_a_document_is_refused(tmp_path: Path) -> None:
 def test_gzip_and_deflate_bodies_are_still_decoded(tmp_path: Path) -> None:
     body = b"hello, " * 1000
 
-    def encoded(coding: str, data: bytes) -> Any:
-        async def handle(request: Request) -> Response:
-            return Response(data, headers={"Content-Encoding": coding})
-
-        return handle
-
     with hand_source() as src:
         b = src.base
-        src.handlers["/g.txt"] = encoded("gzip", gzip.compress(body))
-        src.handlers["/z.txt"] = encoded("deflate", zlib.compress(body))
+        src.handlers["/g.txt"] = _coded("gzip", gzip.compress(body))
+        src.handlers["/z.txt"] = _coded("deflate", zlib.compress(body))
         raw = zlib.compressobj(wbits=-15)
-        src.handlers["/r.txt"] = encoded("deflate", raw.compress(body) + raw.flush())
+        src.handlers["/r.txt"] = _coded("deflate", raw.compress(body) + raw.flush())
         src.publish([entry(b, f"/{n}.txt", body) for n in "gzr"])
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
     assert code == 0, summary
     for n in "gzr":
         assert (tmp_path / "dest" / f"{n}.txt").read_bytes() == body
+
+
+def _coded(coding: str, data: bytes) -> Any:
+    async def handle(request: Request) -> Response:
+        return Response(data, headers={"Content-Encoding": coding})
+
+    return handle
+
+
+def test_a_coded_body_cut_short_is_a_failed_transfer_not_a_shorter_file(tmp_path: Path) -> None:
+    """A body whose content coding ends before the stream does (half a gzip stream, a gzip
+    stream without its trailer and CRC, a zlib stream without its checksum), sent whole as far
+    as HTTP can tell (its Content-Length), from a list that gives neither length nor digest:
+    each is a failed transfer, said and retried. Before, each was written cut short (or
+    unchecked) and the run said ok."""
+    body = b"".join(b"line %d of a resource\n" % i for i in range(4000))
+    whole = gzip.compress(body)
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/half.txt"] = _coded("gzip", whole[: len(whole) // 2])
+        src.handlers["/no-trailer.txt"] = _coded("gzip", whole[:-8])
+        src.handlers["/no-checksum.txt"] = _coded("deflate", zlib.compress(body)[:-4])
+        src.handlers["/after-end.txt"] = _coded("gzip", whole + b"GARBAGE")
+        src.handlers["/whole.txt"] = _coded("gzip", whole)
+        names = ("half", "no-trailer", "no-checksum", "after-end", "whole")
+        src.publish([{"loc": f"{b}/{n}.txt"} for n in names])
+        code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
+    assert code == 1, summary
+    report = set_report(summary, SET)
+    assert (report["fetched"], report["failed"]) == (1, 4), report
+    said = "\n".join(problems(summary))
+    assert said.count("is cut short: its coding does not end") == 3, said
+    assert "data after the end of the gzip body" in said
+    assert tree(tmp_path / "dest") == {"whole.txt": body}
+
+
+def test_a_gzip_body_of_several_members_is_decoded_whole(tmp_path: Path) -> None:
+    """Members one after the other (RFC 1952 §2.2: what `cat a.gz b.gz` makes, and `gzip -d`
+    and Python's `gzip` read whole), NUL padding after one: the whole body. Before, the
+    first member alone was written, and the run said ok."""
+    first, second = b"first member\n" * 500, b"second member\n" * 500
+    with hand_source() as src:
+        b = src.base
+        data = gzip.compress(first) + b"\0" * 4 + gzip.compress(second)
+        src.handlers["/two.txt"] = _coded("gzip", data)
+        src.publish([{"loc": f"{b}/two.txt"}])
+        code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
+    assert code == 0, summary
+    assert (tmp_path / "dest" / "two.txt").read_bytes() == first + second
 
 
 # ---------------------------------------------------------------------------------------------

@@ -102,6 +102,37 @@ def test_gzip_body_detected_by_magic_bytes(site: Site) -> None:
     assert [r.loc for r in resources] == ["http://example.com/a"]
 
 
+def test_a_gzip_document_of_several_members_is_read_whole(site: Site) -> None:
+    """Members one after the other (RFC 1952 §2.2, `cat a.gz b.gz`), NUL padding between:
+    the whole document, as `gzip -d` reads it (before: the first member alone, not XML)."""
+    doc = urlset(RL_MD, *entries(*(f"http://example.com/r{i}" for i in range(500))))
+    half = len(doc) // 2
+    body = gzip.compress(doc[:half]) + b"\0" * 8 + gzip.compress(doc[half:])
+    site.docs["/rl.xml.gz"] = lambda request, n: Response(body, media_type="application/gzip")
+    _, resources = read_document(site.url("/rl.xml.gz"))
+    assert len(resources) == 500
+
+
+def test_a_gzip_document_with_bytes_after_its_end_is_refused(site: Site) -> None:
+    """After a member, only padding or another member (before: ignored, the document read as
+    if whole)."""
+    body = gzip.compress(urlset(RL_MD, *entries("http://example.com/a"))) + b"<url>"
+    site.docs["/rl.xml.gz"] = lambda request, n: Response(body, media_type="application/gzip")
+    with pytest.raises(ReadError, match="corrupt gzip data: not a gzip member"):
+        read_document(site.url("/rl.xml.gz"))
+
+
+def test_a_content_encoded_document_cut_short_is_refused(site: Site) -> None:
+    """The whole XML arrived but the gzip stream's trailer (its CRC) did not: the bytes are
+    unchecked, the document is not read (before: read as if whole)."""
+    body = gzip.compress(urlset(RL_MD, *entries("http://example.com/a")))[:-8]
+    site.docs["/rl.xml"] = lambda request, n: Response(
+        body, media_type="application/xml", headers={"Content-Encoding": "gzip"}
+    )
+    with pytest.raises(ResourceSyncError, match="cut short"):
+        read_document(site.url("/rl.xml"))
+
+
 def test_content_encoding_gzip_is_decoded(site: Site) -> None:
     body = gzip.compress(urlset(RL_MD, *entries("http://example.com/a")))
     site.docs["/rl.xml"] = lambda request, n: Response(

@@ -235,19 +235,31 @@ def _hooks(options: HttpOptions, asynchronous: bool) -> dict[str, list[Any]]:
 
 class _Inflate:
     """A gzip or deflate decoder that hands its output on in pieces of at most `PIECE` bytes,
-    so a bomb costs a piece of memory, not its expanded size."""
+    so a bomb costs a piece of memory, not its expanded size. A gzip body may hold several
+    members, one after the other (RFC 1952 §2.2), and NUL padding after one (as `gzip -d`
+    and Python's `gzip` read them); anything else after the end is refused, and so is a body
+    that ends before its coding does (`finish`): a cut gzip stream is not a shorter file."""
 
     def __init__(self, coding: str) -> None:
         self.coding = coding
-        gzip = coding in ("gzip", "x-gzip")
-        self._raw_fallback = not gzip
-        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS if gzip else zlib.MAX_WBITS)
+        self._gzip = coding in ("gzip", "x-gzip")
+        self._raw_fallback = not self._gzip
+        self._d = self._decoder()
+        self._fed = False
+
+    def _decoder(self) -> Any:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS if self._gzip else zlib.MAX_WBITS)
 
     def feed(self, data: bytes) -> Iterator[bytes]:
+        if data:
+            self._fed = True
         d = self._d
         while True:
             if d.eof:
-                return
+                data = self._after_end(d.unused_data + data)
+                if not data:
+                    return
+                d = self._d
             try:
                 out = d.decompress(data, PIECE)
             except zlib.error as exc:
@@ -261,8 +273,33 @@ class _Inflate:
             data = d.unconsumed_tail
             if out:
                 yield out
-            if not data and len(out) < PIECE:
+            if not data and len(out) < PIECE and not d.eof:
                 return
+
+    def _after_end(self, rest: bytes) -> bytes:
+        """What follows the end of the stream: for gzip, NUL padding and the next member
+        (whose decoder it starts); nothing else."""
+        if self._gzip:
+            rest = rest.lstrip(b"\0")
+            if not rest:
+                return b""
+            if rest.startswith(_GZIP_MAGIC[: len(rest)]):
+                self._d = self._decoder()
+                return rest
+        elif not rest:
+            return b""
+        raise BodyRefused(f"data after the end of the {self.coding} body")
+
+    def finish(self) -> Iterator[bytes]:
+        """What the decoder still holds once the network body has ended; BodyRefused when the
+        coded stream had not ended (the gzip trailer, with its CRC, or the deflate stream's
+        end never came). An empty body is empty."""
+        yield from self.feed(b"")
+        if self._fed and not self._d.eof:
+            raise BodyRefused(f"the {self.coding} body is cut short: its coding does not end")
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 class _Guard:
@@ -356,8 +393,11 @@ class _Guard:
         return self._ends()
 
     def _ends(self) -> Iterator[bytes]:
-        for level in range(len(self.decoders)):
-            yield from self._decode(b"", level)
+        # Outermost first: what one decoder still held goes through the ones inside it
+        # before they are finished in turn.
+        for level, decoder in enumerate(self.decoders):
+            for piece in decoder.finish():
+                yield from self._decode(piece, level + 1)
 
 
 class _SyncGuarded(httpx.SyncByteStream):

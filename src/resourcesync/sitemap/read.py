@@ -118,20 +118,34 @@ class _Chunks:
         yield from self._raw
 
     def _gunzip(self, first: bytes) -> Iterator[bytes]:
+        """The gzip file's content: every member, one after the other (RFC 1952 §2.2, as
+        `gzip -d` reads them), NUL padding after one skipped; a file that ends inside a member
+        is truncated, anything else after one is corrupt."""
         d = zlib.decompressobj(wbits=31)
         limit = self._max + 1
         try:
             for chunk in self._chain(first):
-                data = d.decompress(chunk, CHUNK)
-                yield data
-                # Bounded output per call: a bomb cannot blow up in one step.
-                while d.unconsumed_tail:
-                    data = d.decompress(d.unconsumed_tail, CHUNK)
-                    yield data
-                    if self.total > limit:
-                        return
-                if d.eof:
-                    break
+                while True:
+                    if d.eof:
+                        # What came after the member: padding, the next member, or nothing.
+                        chunk = (d.unused_data + chunk).lstrip(b"\0")
+                        if not chunk:
+                            break
+                        if not chunk.startswith(b"\x1f\x8b"[: len(chunk)]):
+                            raise ReadError(
+                                "corrupt gzip data: not a gzip member after the end of one",
+                                source=self._name,
+                            )
+                        d = zlib.decompressobj(wbits=31)
+                    elif not chunk:
+                        break
+                    yield d.decompress(chunk, CHUNK)
+                    # Bounded output per call: a bomb cannot blow up in one step.
+                    while d.unconsumed_tail:
+                        yield d.decompress(d.unconsumed_tail, CHUNK)
+                        if self.total > limit:
+                            return
+                    chunk = b""
             tail = d.flush()
             if tail:
                 yield tail
