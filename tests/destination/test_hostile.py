@@ -396,6 +396,39 @@ def test_a_coded_body_cut_short_is_a_failed_transfer_not_a_shorter_file(tmp_path
     assert tree(tmp_path / "dest") == {"whole.txt": body}
 
 
+def test_a_success_that_does_not_carry_the_whole_resource_is_not_written(
+    tmp_path: Path,
+) -> None:
+    """204 No Content, 205 Reset Content, 206 Partial Content (a part nobody asked for: no
+    request of ours sends Range), to a GET of a resource listed without length or digest:
+    each a failed transfer, nothing written. Before, an empty file, an empty file and the
+    part were written, and the run said ok."""
+
+    def answer(status: int, body: bytes = b"", **headers: str) -> Any:
+        async def handle(request: Request) -> Response:
+            return Response(body, status_code=status, headers=headers)
+
+        return handle
+
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/none.txt"] = answer(204)
+        src.handlers["/reset.txt"] = answer(205)
+        src.handlers["/part.txt"] = answer(206, b"part", **{"Content-Range": "bytes 0-3/100"})
+        src.handlers["/whole.txt"] = answer(203, b"the whole resource")
+        src.publish([{"loc": f"{b}/{n}.txt"} for n in ("none", "reset", "part", "whole")])
+        code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
+    assert code == 1, summary
+    said = "\n".join(problems(summary))
+    assert "HTTP 204 No Content: the answer carries no content" in said, said
+    assert "HTTP 205 Reset Content: the answer carries no content" in said, said
+    assert (
+        "HTTP 206 Partial Content: only a part of the resource, which was not asked for "
+        "(Content-Range: bytes 0-3/100)"
+    ) in said, said
+    assert tree(tmp_path / "dest") == {"whole.txt": b"the whole resource"}
+
+
 def test_a_gzip_body_of_several_members_is_decoded_whole(tmp_path: Path) -> None:
     """Members one after the other (RFC 1952 §2.2: what `cat a.gz b.gz` makes, and `gzip -d`
     and Python's `gzip` read whole), NUL padding after one: the whole body. Before, the

@@ -39,6 +39,9 @@ class Pages:
     etag_body: str = "<html><title>Etag page</title><body>v1</body></html>"
     plain_body: str = "<html><head><title>日記</title></head><body>first entry</body></html>"
     feed: bytes = b""
+    #: The status the feed is served with (a 206 with `feed_range`).
+    feed_status: int = 200
+    feed_range: str = ""
     hits: dict[str, int] = field(default_factory=dict)
     methods: list[tuple[str, str, bool]] = field(default_factory=list)
 
@@ -93,7 +96,15 @@ def make_app(pages: Pages) -> Starlette:
         tag = f'"{len(pages.feed)}"'
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304)
-        return Response(pages.feed, media_type="application/x-lirs", headers={"ETag": tag})
+        headers = {"ETag": tag}
+        if pages.feed_range:
+            headers["Content-Range"] = pages.feed_range
+        return Response(
+            pages.feed,
+            status_code=pages.feed_status,
+            media_type="application/x-lirs",
+            headers=headers,
+        )
 
     return Starlette(
         routes=[
@@ -317,6 +328,30 @@ def test_relayed_feeds_are_merged_conditionally_and_expire(
         assert pages.methods.count(("GET", "/feed.lirs.gz", True)) == 1
         by_url = {r.url: r for r in read_records(Path(cfg.out_dir) / "antenna.lirs.gz")}
         assert "http://friend.example.jp/" in by_url
+
+
+def test_a_relayed_feed_answered_in_part_keeps_what_was_relayed(
+    tmp_path: Path, site: tuple[str, Pages]
+) -> None:
+    """A relay that answers 206 Partial Content (a part, which nobody asked for) has failed:
+    said, and its last whole feed stays. Before, the part replaced it: the records after the
+    cut were gone from the antenna."""
+    base, pages = site
+    relayed = [
+        Record(T0 - 100, T0 - 50, 32400, 0, f"http://site{i}.example.jp/", f"日記{i}")
+        for i in range(3)
+    ]
+    text = ("\n".join(format_record(r) for r in relayed) + "\n").encode("euc_jp")
+    pages.feed = text
+    warnings: list[object] = []
+    cfg = config(tmp_path, relays=[f"{base}/feed.lirs.gz"], expires=86400)
+    with Antenna(cfg, clock=Clock(), on_warning=warnings.append) as ant:
+        assert ant.run_round([]).relayed == 3
+        cut = text.index(b"\n") + 1
+        pages.feed, pages.feed_status = text[:cut], 206
+        pages.feed_range = f"bytes 0-{cut - 1}/{len(text)}"
+        assert ant.run_round([]).relayed == 3
+    assert any("206 Partial Content" in str(w) for w in warnings), warnings
 
 
 def test_site_list_errors_name_file_and_line(tmp_path: Path) -> None:

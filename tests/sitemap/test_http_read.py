@@ -133,6 +133,20 @@ def test_a_content_encoded_document_cut_short_is_refused(site: Site) -> None:
         read_document(site.url("/rl.xml"))
 
 
+def test_a_document_answered_in_part_is_refused(site: Site) -> None:
+    """206 Partial Content to a GET that asked for the whole document (before: the part was
+    read as the document)."""
+    body = urlset(RL_MD, *entries("http://example.com/a"))
+    site.docs["/rl.xml"] = lambda request, n: Response(
+        body,
+        status_code=206,
+        media_type="application/xml",
+        headers={"Content-Range": f"bytes 0-{len(body) - 1}/{len(body) + 5000}"},
+    )
+    with pytest.raises(FetchError, match="HTTP 206 Partial Content: only a part"):
+        read_document(site.url("/rl.xml"))
+
+
 def test_content_encoding_gzip_is_decoded(site: Site) -> None:
     body = gzip.compress(urlset(RL_MD, *entries("http://example.com/a")))
     site.docs["/rl.xml"] = lambda request, n: Response(

@@ -46,6 +46,7 @@ __all__ = [
     "limit_body",
     "make_async_client",
     "make_client",
+    "not_whole",
     "open_stream",
     "options_of",
     "origin",
@@ -54,6 +55,25 @@ __all__ = [
 
 USER_AGENT = f"resourcesync/{__version__} (+https://pypi.org/project/resourcesync/)"
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: Successes that do not carry the whole resource: none of it (204, 205), or a part (206,
+#: which no request of ours asks for: it sends no Range).
+_NOT_WHOLE = {
+    204: "the answer carries no content",
+    205: "the answer carries no content",
+    206: "only a part of the resource, which was not asked for",
+}
+
+
+def not_whole(status: int, reason: str, content_range: str | None) -> FetchError | None:
+    """The error for a 2xx answer to a GET of a whole resource (or document) that does not
+    carry it whole; None for one that does. Not retried: a Source that answers so answers so
+    again, and what it sent is never taken for the resource."""
+    why = _NOT_WHOLE.get(status)
+    if why is None:
+        return None
+    shown = f" (Content-Range: {content_range[:60]})" if content_range else ""
+    return FetchError(f"{f'HTTP {status} {reason}'.rstrip()}: {why}{shown}")
+
 
 #: The most a resource or a dump package may be when nothing declares its length (`--max-size`).
 DEFAULT_MAX_SIZE = 1 << 30
@@ -677,6 +697,14 @@ def open_stream(
                     finally:
                         _HEADERS_BY.reset(by)
                     if 200 <= response.status_code < 300:
+                        if (
+                            partial := not_whole(
+                                response.status_code,
+                                response.reason_phrase,
+                                response.headers.get("Content-Range"),
+                            )
+                        ) is not None:
+                            raise FetchError(partial.message, source=url)
                         limit_body(response, limit=limit or opts.max_document_size)
                         yielded = True
                         yield response

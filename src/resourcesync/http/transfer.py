@@ -50,6 +50,7 @@ from . import (
     _tls_context,
     base_headers,
     content_codings,
+    not_whole,
     retry_after_seconds,
     scope_headers,
 )
@@ -342,6 +343,13 @@ class _Opened:
                 continue
             status = response.status
             if 200 <= status < 300 or status in self._accept:
+                if 204 <= status <= 206 and status not in self._accept:
+                    partial = not_whole(
+                        status, response.reason or "", response.headers.get("Content-Range")
+                    )
+                    if partial is not None:
+                        response.close()
+                        raise FetchError(partial.message, source=url)
                 if self._declared is not None:
                     guard.declare(self._declared)
                 self._fetched = Fetched(response, guard, url)

@@ -51,7 +51,7 @@ import httpx
 
 from ..atomic import AtomicFile
 from ..errors import ReadError, ResourceSyncError
-from ..http import HttpOptions, RetryPolicy, make_async_client
+from ..http import HttpOptions, RetryPolicy, make_async_client, not_whole
 from ..model import Capability, Change, Document, Link, Resource
 from ..sitemap import write_document
 from ..units import ascii_int
@@ -384,6 +384,11 @@ async def _fetch_feed(
             if not resp.is_success:
                 reason = f"HTTP {resp.status_code} {resp.reason_phrase}".rstrip()
                 return _FeedFetch(feed, "failed", error=reason)
+            partial = not_whole(
+                resp.status_code, resp.reason_phrase, resp.headers.get("Content-Range")
+            )
+            if partial is not None:
+                return _FeedFetch(feed, "failed", error=partial.message)
             fd, path = tempfile.mkstemp(dir=tmpdir, suffix=".lirs")
             size = 0
             with os.fdopen(fd, "wb") as f:
