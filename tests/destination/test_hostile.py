@@ -429,6 +429,51 @@ def test_a_success_that_does_not_carry_the_whole_resource_is_not_written(
     assert tree(tmp_path / "dest") == {"whole.txt": b"the whole resource"}
 
 
+def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file(
+    tmp_path: Path,
+) -> None:
+    """A server that labels a `.gz` file's compression as a content coding (Apache's
+    `AddEncoding x-gzip .gz`): the body is the file the Source lists, kept as it came — by
+    its name (`.gz`, `.tgz`) or by its media type — as wget's "broken server workaround"
+    keeps it. Before, the uncompressed bytes were written under the `.gz` name (and the run
+    said ok when the list gave no digest; with one, every run failed). A coded body that is
+    not a gzip file is still decoded."""
+    table = b"".join(b"%d,row %d\n" % (i, i) for i in range(2000))
+    packed = gzip.compress(table)
+
+    def served(ctype: str, coding: str = "x-gzip") -> Any:
+        async def handle(request: Request) -> Response:
+            return Response(packed, headers={"Content-Encoding": coding, "Content-Type": ctype})
+
+        return handle
+
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/table.csv.gz"] = served("text/csv")
+        src.handlers["/archive.tgz"] = served("application/x-tar", "gzip")
+        src.handlers["/download"] = served("application/gzip", "gzip")
+        src.handlers["/listed.csv.gz"] = served("text/csv")
+        src.handlers["/table.csv"] = served("text/csv", "gzip")
+        src.publish(
+            [
+                {"loc": f"{b}/table.csv.gz"},
+                {"loc": f"{b}/archive.tgz"},
+                {"loc": f"{b}/download"},
+                entry(b, "/listed.csv.gz", packed),
+                {"loc": f"{b}/table.csv"},
+            ]
+        )
+        code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
+    assert code == 0, summary
+    assert tree(tmp_path / "dest") == {
+        "table.csv.gz": packed,
+        "archive.tgz": packed,
+        "download": packed,
+        "listed.csv.gz": packed,
+        "table.csv": table,
+    }
+
+
 def test_a_gzip_body_of_several_members_is_decoded_whole(tmp_path: Path) -> None:
     """Members one after the other (RFC 1952 §2.2: what `cat a.gz b.gz` makes, and `gzip -d`
     and Python's `gzip` read whole), NUL padding after one: the whole body. Before, the

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
@@ -213,14 +214,35 @@ def content_codings(values: Iterable[str]) -> list[str]:
     return [c for c in codings if c and c != "identity"]
 
 
+#: What a gzip file is served as, by its media type or its name.
+_GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip", "application/x-gunzip"})
+_GZIP_NAMES = (".gz", ".tgz")
+
+
+def codings_to_undo(codings: list[str], url: str, content_type: str | None) -> list[str]:
+    """The content codings of a response to undo: all of them, but for a gzip file that the
+    server labels with its own compression (`Content-Encoding: gzip` on a `.gz` or `.tgz`
+    name, or on a gzip media type: Apache's `AddEncoding x-gzip .gz`). That body is the file
+    itself, as the Source lists it (its length and digest are the compressed bytes'): kept as
+    it came, as wget's "broken server workaround" keeps it."""
+    if len(codings) != 1 or codings[0] not in ("gzip", "x-gzip"):
+        return codings
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if media in _GZIP_TYPES or urlsplit(url).path.lower().endswith(_GZIP_NAMES):
+        return []
+    return codings
+
+
 def _guard(options: HttpOptions, response: httpx.Response, asynchronous: bool) -> None:
     """Put the response body behind a `_Guard` (size, deadline, rate, capped decoding)."""
     started = response.request.extensions.get("resourcesync.started", time.monotonic())
-    codings = content_codings(response.headers.get_list("content-encoding"))
-    guard = _Guard(str(response.request.url), codings, options, started)
+    labelled = content_codings(response.headers.get_list("content-encoding"))
+    url = str(response.request.url)
+    codings = codings_to_undo(labelled, url, response.headers.get("content-type"))
+    guard = _Guard(url, codings, options, started)
     if response.has_redirect_location:
         guard.cap(MAX_REDIRECT_BODY, "a redirect's body")
-    if codings:
+    if labelled:
         # Decoded here, in bounded pieces: httpx would inflate a whole network read at once.
         del response.headers["content-encoding"]
     if asynchronous and isinstance(response.stream, httpx.AsyncByteStream):

@@ -49,6 +49,7 @@ from . import (
     _refused,
     _tls_context,
     base_headers,
+    codings_to_undo,
     content_codings,
     not_whole,
     retry_after_seconds,
@@ -257,6 +258,8 @@ class TransferSession:
                 proxy_headers=proxy_headers,
             )
             codings = content_codings(response.headers.getall("Content-Encoding", ()))
+            if codings:
+                codings = codings_to_undo(codings, current, response.headers.get("Content-Type"))
             guard = _Guard(current, codings, opts, started)
             location = response.headers.get("Location")
             if not (opts.follow_redirects and response.status in _REDIRECTS and location):
