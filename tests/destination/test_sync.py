@@ -613,6 +613,37 @@ def test_a_second_baseline_of_an_unchanged_source_transfers_no_resource(tmp_path
         assert tree(dest) == FILES
 
 
+def test_a_source_without_a_change_list_is_followed_through_its_resource_list(
+    tmp_path: Path,
+) -> None:
+    """A Source that publishes Resource Lists only (Change Lists are optional): every later
+    run compares the copy with the Resource List, as a baseline does — what the copy holds as
+    listed is not fetched again, what changed is, what is gone is pending (or deleted with
+    --delete). Before, every run after the first stopped at once ("the Source offers no Change
+    List to follow (use --baseline)", exit 2): a cron job, or a fleet, failed on every run."""
+    dest = tmp_path / "dest"
+    files = {"a.txt": b"alpha", "b.txt": b"beta", "c.txt": b"gamma"}
+    with published_source(tmp_path, files, capabilities=("resourcelist",)) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest)
+        assert code == 0, summary
+        s = set_report(summary)
+        assert (s["mode"], s["fetched"]) == ("baseline", 0), s
+        assert src.resource_gets() == {}
+        src.write({"b.txt": b"beta, again"})
+        (src.data / "c.txt").unlink()
+        time.sleep(0.01)
+        src.publish()
+        code, summary = cli_json("sync", src.root, dest)
+        assert code == 0, summary
+        s = set_report(summary)
+        assert (s["fetched"], s["pending_deletes"]) == (1, 1), s
+        code, summary = cli_json("sync", src.root, dest, "--delete")
+        assert (code, set_report(summary)["deleted"]) == (0, 1), summary
+    assert tree(dest) == {"a.txt": b"alpha", "b.txt": b"beta, again"}
+
+
 def test_a_refetch_is_conditional_and_a_304_counts_as_verified(tmp_path: Path) -> None:
     """A resource the state lists as failed is fetched again with the validators we hold."""
     dest = tmp_path / "dest"

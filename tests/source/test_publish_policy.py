@@ -21,7 +21,11 @@ BASE = "http://example.org/data/"
 DOCS = "http://example.org/"
 
 
-def config(tmp_path: Path, every: str | None = None) -> PublishConfig:
+def config(
+    tmp_path: Path,
+    every: str | None = None,
+    capabilities: tuple[str, ...] = ("resourcelist", "changelist", "resourcedump"),
+) -> PublishConfig:
     kw = {} if every is None else {"resourcelist_every": every}
     return PublishConfig(
         out=tmp_path / "out",
@@ -30,7 +34,7 @@ def config(tmp_path: Path, every: str | None = None) -> PublishConfig:
                 "set1",
                 tmp_path / "data",
                 BASE,
-                capabilities=("resourcelist", "changelist", "resourcedump"),
+                capabilities=capabilities,
                 **kw,  # type: ignore[arg-type]
             )
         ],
@@ -72,6 +76,33 @@ def test_by_default_a_run_with_few_changes_writes_the_change_list_only(tmp_path:
     assert h.resourcelist[1] != files(data)
     assert h.current == files(data)
     assert [c.change for c in h.changes] == ["updated", "deleted", "created"]
+
+
+@pytest.mark.parametrize("capabilities", [("resourcelist",), ("resourcelist", "resourcedump")])
+def test_a_set_without_change_lists_has_a_new_resource_list_after_any_change(
+    tmp_path: Path, capabilities: tuple[str, ...]
+) -> None:
+    """No Change List carries the changes: the Resource List (and the dump) is all a
+    Destination has, so the policy does not hold it back. Before, a change was published
+    nowhere until the policy's day had passed."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    clock = Clock()
+    publish(config(tmp_path, capabilities=capabilities), clock=clock)
+    first = at_of(tmp_path)
+    (data / "a.txt").write_text("changed")
+    (data / "b.txt").write_text("new")
+    publish(config(tmp_path, capabilities=capabilities), clock=clock)
+    assert at_of(tmp_path) != first
+    _, entries = read_document(tmp_path / "out" / "set1" / "resourcelist.xml")
+    assert {r.loc: r.length for r in entries} == {BASE + "a.txt": 7, BASE + "b.txt": 3}
+    if "resourcedump" in capabilities:
+        assert at_of(tmp_path, "resourcedump.xml") == at_of(tmp_path)
+    # Nothing changed: nothing written again.
+    again = at_of(tmp_path)
+    publish(config(tmp_path, capabilities=capabilities), clock=clock)
+    assert at_of(tmp_path) == again
 
 
 def test_a_new_resource_list_after_n_changes(tmp_path: Path) -> None:

@@ -143,6 +143,11 @@ class _Syncer:
             # An incremental run from the time the user gives, whatever the copy's own
             # cursor says (resync's --from): the copy is taken to be the Source as of then.
             cursor = Cursor(self.options.since)
+        elif cursor is not None and s.url("changelist") is None:
+            # A Source without Change Lists (they are optional) is followed through its
+            # Resource List: each run compares the copy with it, as a baseline does (what the
+            # copy holds as listed is not fetched again).
+            cursor = None
         plan = Plan(state.scratch())
         if cursor is None:
             report.mode = "baseline"

@@ -614,7 +614,8 @@ class _SetPublisher:
         ("resourcedump"): when there is none, when the settings changed, and otherwise by the
         set's policy (`resourcelist_every`) once something changed since the last one. Between
         them the last one stays published, with its `at`; the Change Lists carry every change
-        after it, which is all a Destination needs to come to the present (issue 15.3)."""
+        after it, which is all a Destination needs to come to the present (issue 15.3). A set
+        that publishes no Change List has a new one after any change."""
         state = self.state
         if self.settings_changed or not self.path(live).exists() or not state.archived(kind):
             return True
@@ -626,6 +627,10 @@ class _SetPublisher:
         if behind == 0:
             return False
         s = self.s
+        if "changelist" not in s.capabilities:
+            # No Change List carries the changes after it: the Resource List is all a
+            # Destination has, so it is written again after any change.
+            return True
         if s.resourcelist_max_changes is not None and behind >= s.resourcelist_max_changes:
             return True
         at = state.archived(kind)[-1].at
