@@ -143,7 +143,7 @@ class _Syncer:
             # An incremental run from the time the user gives, whatever the copy's own
             # cursor says (resync's --from): the copy is taken to be the Source as of then.
             cursor = Cursor(self.options.since)
-        elif cursor is not None and s.url("changelist") is None:
+        elif cursor is not None and not self._follows_changes(s):
             # A Source without Change Lists (they are optional) is followed through its
             # Resource List: each run compares the copy with it, as a baseline does (what the
             # copy holds as listed is not fetched again).
@@ -205,6 +205,13 @@ class _Syncer:
             # No Change List: the Change Dump's manifests are all the Source says.
             return changes_from_dumps(self.run, self.planner, s, key, plan, report, cursor)
         return self.planner.incremental(s, key, plan, report, cursor)
+
+    def _follows_changes(self, s: SetInfo) -> bool:
+        """Whether an incremental run has changes to follow: a Change List, or (dumps allowed)
+        a Change Dump's manifests."""
+        return s.url("changelist") is not None or bool(
+            self._dumps_allowed() and s.url("changedump")
+        )
 
     def _dumps_allowed(self) -> bool:
         return self.options.via in ("dumps", "auto") and not self.options.dry_run
