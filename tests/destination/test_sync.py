@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -642,6 +643,25 @@ def test_a_source_without_a_change_list_is_followed_through_its_resource_list(
         code, summary = cli_json("sync", src.root, dest, "--delete")
         assert (code, set_report(summary)["deleted"]) == (0, 1), summary
     assert tree(dest) == {"a.txt": b"alpha", "b.txt": b"beta, again"}
+
+
+def test_a_source_with_change_lists_only_is_followed_from_a_time(tmp_path: Path) -> None:
+    """No Resource List: nothing to start a copy from, said with the way to follow the
+    Change Lists (`--from`, for a copy made by other means), which then works."""
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, {"a.txt": b"alpha"}, capabilities=("changelist",)) as src:
+        result = cli("sync", src.root, dest)
+        assert result.exit_code == 2
+        assert "offers no Resource List (a copy made by other means follows its Change " in (
+            result.output
+        ), result.output
+        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # after its first run
+        time.sleep(0.01)
+        src.write({"b.txt": b"beta"})
+        src.publish()
+        code, summary = cli_json("sync", src.root, dest, "--from", since)
+        assert code == 0, summary
+    assert tree(dest) == {"b.txt": b"beta"}
 
 
 def test_a_refetch_is_conditional_and_a_304_counts_as_verified(tmp_path: Path) -> None:

@@ -332,7 +332,12 @@ class Planner:
         """Plan a baseline from the Resource List (or its index); returns its `at`."""
         url = s.url("resourcelist")
         if url is None:
-            raise ReadError("the Source offers no Resource List", source=s.capabilitylist)
+            hint = (
+                " (a copy made by other means follows its Change Lists with --from DATETIME)"
+                if s.url("changelist")
+                else ""
+            )
+            raise ReadError(f"the Source offers no Resource List{hint}", source=s.capabilitylist)
         self._empty = self.run.state.count() == 0
         try:
             return self._baseline(url, key, plan, report)
