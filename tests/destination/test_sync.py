@@ -645,6 +645,31 @@ def test_a_source_without_a_change_list_is_followed_through_its_resource_list(
     assert tree(dest) == {"a.txt": b"alpha", "b.txt": b"beta, again"}
 
 
+def test_a_source_with_a_resource_dump_only_is_followed_through_its_dump(
+    tmp_path: Path,
+) -> None:
+    """No Resource List, no Change List: every run takes the Resource Dump again, and writes
+    only what changed there or here (before: every run wrote every file again, and counted
+    each as fetched)."""
+    dest = tmp_path / "dest"
+    files = {"a.txt": b"alpha", "b.txt": b"beta"}
+    with published_source(tmp_path, files, capabilities=("resourcedump",)) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        code, summary = cli_json("sync", src.root, dest)
+        s = set_report(summary)
+        assert code == 0 and (s["via"], s["fetched"], s["unchanged"]) == ("dumps", 0, 2), s
+        src.write({"b.txt": b"beta, again"})
+        time.sleep(0.01)
+        src.publish()
+        (dest / "a.txt").unlink()  # and one lost here
+        code, summary = cli_json("sync", src.root, dest)
+        s = set_report(summary)
+        assert code == 0 and (s["fetched"], s["unchanged"]) == (2, 0), s
+        code, summary = cli_json("sync", src.root, dest)
+        assert set_report(summary)["fetched"] == 0, summary
+    assert tree(dest) == {"a.txt": b"alpha", "b.txt": b"beta, again"}
+
+
 def test_a_source_with_change_lists_only_is_followed_from_a_time(tmp_path: Path) -> None:
     """No Resource List: nothing to start a copy from, said with the way to follow the
     Change Lists (`--from`, for a copy made by other means), which then works."""

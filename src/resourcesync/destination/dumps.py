@@ -34,9 +34,9 @@ from ..w3cdt import format_w3c
 from .discover import SetInfo
 from .mirror import UnsafePath, Written
 from .options import Run
-from .plan import MAX_PARTS, InOrder, Plan, Planner, expect, tell_warnings
+from .plan import MAX_PARTS, InOrder, Plan, Planner, expect, same, tell_warnings
 from .report import SetReport
-from .state import Cursor
+from .state import Cursor, keep_links
 
 #: The largest manifest read from a package (after decompression): about 1,000,000 entries.
 MAX_MANIFEST = 512 * 1024**2
@@ -175,7 +175,7 @@ def baseline_from_dumps(
     work = Path(tempfile.mkdtemp(prefix="dump-", dir=run.mirror.state_dir))
     try:
         for package in packages:
-            _apply_package(run, package, key, plan, report, work)
+            _apply_package(run, package, key, plan, report, work, planner)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     planner.extras(key, plan)
@@ -183,15 +183,29 @@ def baseline_from_dumps(
 
 
 def _apply_package(
-    run: Run, package: Resource, key: str, plan: Plan, report: SetReport, work: Path
+    run: Run,
+    package: Resource,
+    key: str,
+    plan: Plan,
+    report: SetReport,
+    work: Path,
+    planner: Planner,
 ) -> None:
-    """Download a package, check it, extract what its manifest lists to safe paths."""
+    """Download a package, check it, extract what its manifest lists to safe paths — but
+    what the copy holds as the manifest describes it (a dump-only Source is followed by taking
+    its dump again on every run: what did not change is not written again)."""
     zpath = work / "package.zip"
     run_loop(_download(run, package, zpath))
     entries = _manifest(zpath, package, report)
     plan.seen([e.loc for e in entries])
     mirror = run.mirror
-    for res, outcome in mirror.extract(zpath, entries):
+    wanted = []
+    for res in entries:
+        if _held(run, planner, res):
+            report.unchanged += 1
+        else:
+            wanted.append(res)
+    for res, outcome in mirror.extract(zpath, wanted):
         if isinstance(outcome, ResourceSyncError):
             # A member that cannot be used is fetched on its own instead (if its URI is
             # safe); the package's problem is reported, not counted as a failure twice.
@@ -204,6 +218,22 @@ def _apply_package(
             plan.add(res.loc, "fetch", res)
             continue
         _taken(run, res, outcome, key, report)
+
+
+def _held(run: Run, planner: Planner, res: Resource) -> bool:
+    """Whether the copy holds `res` as a manifest entry describes it, its file intact (as a
+    baseline from the lists tells an unchanged resource); its links taken as given now."""
+    known = run.state.known(res.loc)
+    if known is None or not same(known.hashes, known.length, res, known.lastmod):
+        return False
+    try:
+        path = run.mirror.location(res.loc)
+    except UnsafePath:
+        return False
+    if not planner.intact(res.loc, path, known, res):
+        return False
+    keep_links(run.state, known, res)
+    return True
 
 
 def _taken(run: Run, res: Resource, outcome: Written, key: str, report: SetReport) -> None:
