@@ -454,6 +454,7 @@ def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file
         src.handlers["/download"] = served("application/gzip", "gzip")
         src.handlers["/listed.csv.gz"] = served("text/csv")
         src.handlers["/table.csv"] = served("text/csv", "gzip")
+        src.handlers["/drawing.svgz"] = served("image/svg+xml", "gzip")
         src.publish(
             [
                 {"loc": f"{b}/table.csv.gz"},
@@ -461,6 +462,7 @@ def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file
                 {"loc": f"{b}/download"},
                 entry(b, "/listed.csv.gz", packed),
                 {"loc": f"{b}/table.csv"},
+                {"loc": f"{b}/drawing.svgz"},
             ]
         )
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
@@ -471,6 +473,7 @@ def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file
         "download": packed,
         "listed.csv.gz": packed,
         "table.csv": table,
+        "drawing.svgz": packed,
     }
 
 

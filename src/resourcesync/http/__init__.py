@@ -214,17 +214,18 @@ def content_codings(values: Iterable[str]) -> list[str]:
     return [c for c in codings if c and c != "identity"]
 
 
-#: What a gzip file is served as, by its media type or its name.
+#: What a gzip file is served as, by its media type or its name (`.svgz`: compressed SVG,
+#: which servers are configured to serve with `Content-Encoding: gzip`).
 _GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip", "application/x-gunzip"})
-_GZIP_NAMES = (".gz", ".tgz")
+_GZIP_NAMES = (".gz", ".tgz", ".svgz")
 
 
 def codings_to_undo(codings: list[str], url: str, content_type: str | None) -> list[str]:
     """The content codings of a response to undo: all of them, but for a gzip file that the
-    server labels with its own compression (`Content-Encoding: gzip` on a `.gz` or `.tgz`
-    name, or on a gzip media type: Apache's `AddEncoding x-gzip .gz`). That body is the file
-    itself, as the Source lists it (its length and digest are the compressed bytes'): kept as
-    it came, as wget's "broken server workaround" keeps it."""
+    server labels with its own compression (`Content-Encoding: gzip` on a `.gz`, `.tgz` or
+    `.svgz` name, or on a gzip media type: Apache's `AddEncoding x-gzip .gz`). That body is
+    the file itself, as the Source lists it (its length and digest are the compressed
+    bytes'): kept as it came, as wget's "broken server workaround" keeps it."""
     if len(codings) != 1 or codings[0] not in ("gzip", "x-gzip"):
         return codings
     media = (content_type or "").partition(";")[0].strip().lower()
