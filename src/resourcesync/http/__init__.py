@@ -15,7 +15,6 @@ import importlib.util
 import logging
 import ssl
 import time
-import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ import httpx
 
 from .. import __version__, rng
 from ..errors import FetchError
+from ..inflate import Inflate, InflateError
 from ..units import ascii_int
 from . import tls
 
@@ -276,73 +276,30 @@ def _hooks(options: HttpOptions, asynchronous: bool) -> dict[str, list[Any]]:
     return {"request": [on_request], "response": [on_response]}
 
 
-class _Inflate:
-    """A gzip or deflate decoder that hands its output on in pieces of at most `PIECE` bytes,
-    so a bomb costs a piece of memory, not its expanded size. A gzip body may hold several
-    members, one after the other (RFC 1952 §2.2), and NUL padding after one (as `gzip -d`
-    and Python's `gzip` read them); anything else after the end is refused, and so is a body
-    that ends before its coding does (`finish`): a cut gzip stream is not a shorter file."""
+class _Inflate(Inflate):
+    """A content coding's decoder (`inflate.Inflate`), its refusals said as the body's."""
 
     def __init__(self, coding: str) -> None:
-        self.coding = coding
-        self._gzip = coding in ("gzip", "x-gzip")
-        self._raw_fallback = not self._gzip
-        self._d = self._decoder()
-        self._fed = False
-
-    def _decoder(self) -> Any:
-        return zlib.decompressobj(16 + zlib.MAX_WBITS if self._gzip else zlib.MAX_WBITS)
+        super().__init__(coding, PIECE)
 
     def feed(self, data: bytes) -> Iterator[bytes]:
-        if data:
-            self._fed = True
-        d = self._d
-        while True:
-            if d.eof:
-                data = self._after_end(d.unused_data + data)
-                if not data:
-                    return
-                d = self._d
-            try:
-                out = d.decompress(data, PIECE)
-            except zlib.error as exc:
-                if self._raw_fallback:
-                    # "deflate" is often sent as a raw deflate stream, without the zlib header.
-                    self._raw_fallback = False
-                    self._d = d = zlib.decompressobj(-zlib.MAX_WBITS)
-                    continue
-                raise BodyRefused(f"cannot decode the {self.coding} body: {exc}") from None
-            self._raw_fallback = False
-            data = d.unconsumed_tail
-            if out:
-                yield out
-            if not data and len(out) < PIECE and not d.eof:
-                return
-
-    def _after_end(self, rest: bytes) -> bytes:
-        """What follows the end of the stream: for gzip, NUL padding and the next member
-        (whose decoder it starts); nothing else."""
-        if self._gzip:
-            rest = rest.lstrip(b"\0")
-            if not rest:
-                return b""
-            if rest.startswith(_GZIP_MAGIC[: len(rest)]):
-                self._d = self._decoder()
-                return rest
-        elif not rest:
-            return b""
-        raise BodyRefused(f"data after the end of the {self.coding} body")
+        try:
+            yield from super().feed(data)
+        except InflateError as exc:
+            raise self._refused(exc) from None
 
     def finish(self) -> Iterator[bytes]:
-        """What the decoder still holds once the network body has ended; BodyRefused when the
-        coded stream had not ended (the gzip trailer, with its CRC, or the deflate stream's
-        end never came). An empty body is empty."""
-        yield from self.feed(b"")
-        if self._fed and not self._d.eof:
-            raise BodyRefused(f"the {self.coding} body is cut short: its coding does not end")
+        try:
+            yield from super().finish()
+        except InflateError as exc:
+            raise self._refused(exc) from None
 
-
-_GZIP_MAGIC = b"\x1f\x8b"
+    def _refused(self, exc: InflateError) -> BodyRefused:
+        if exc.kind == "cut":
+            return BodyRefused(f"the {self.coding} body is cut short: its coding does not end")
+        if exc.kind == "after":
+            return BodyRefused(f"data after the end of the {self.coding} body")
+        return BodyRefused(f"cannot decode the {self.coding} body: {exc.detail}")
 
 
 class _Guard:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from lxml import etree
 
 from ..errors import FormatError, ReadError
 from ..hashing import normalise_digest, parse_hashes
+from ..inflate import Inflate, InflateError
 from ..model import RS_NS, SITEMAP_NS, Document, Link, Resource
 from ..units import ascii_int
 from ..w3cdt import W3CDatetimeError, parse_w3c, parse_zoneless
@@ -118,41 +118,21 @@ class _Chunks:
         yield from self._raw
 
     def _gunzip(self, first: bytes) -> Iterator[bytes]:
-        """The gzip file's content: every member, one after the other (RFC 1952 §2.2, as
-        `gzip -d` reads them), NUL padding after one skipped; a file that ends inside a member
-        is truncated, anything else after one is corrupt."""
-        d = zlib.decompressobj(wbits=31)
-        limit = self._max + 1
+        """The gzip file's content (`inflate.Inflate`: every member, NUL padding between
+        skipped), in bounded pieces: a bomb cannot blow up in one step."""
+        d = Inflate("gzip", CHUNK)
         try:
             for chunk in self._chain(first):
-                while True:
-                    if d.eof:
-                        # What came after the member: padding, the next member, or nothing.
-                        chunk = (d.unused_data + chunk).lstrip(b"\0")
-                        if not chunk:
-                            break
-                        if not chunk.startswith(b"\x1f\x8b"[: len(chunk)]):
-                            raise ReadError(
-                                "corrupt gzip data: not a gzip member after the end of one",
-                                source=self._name,
-                            )
-                        d = zlib.decompressobj(wbits=31)
-                    elif not chunk:
-                        break
-                    yield d.decompress(chunk, CHUNK)
-                    # Bounded output per call: a bomb cannot blow up in one step.
-                    while d.unconsumed_tail:
-                        yield d.decompress(d.unconsumed_tail, CHUNK)
-                        if self.total > limit:
-                            return
-                    chunk = b""
-            tail = d.flush()
-            if tail:
-                yield tail
-            if not d.eof:
-                raise ReadError("truncated gzip data", source=self._name)
-        except zlib.error as exc:
-            raise ReadError(f"corrupt gzip data: {exc}", source=self._name) from None
+                yield from d.feed(chunk)
+            yield from d.finish()
+        except InflateError as exc:
+            if exc.kind == "cut":
+                raise ReadError("truncated gzip data", source=self._name) from None
+            if exc.kind == "after":
+                raise ReadError(
+                    "corrupt gzip data: not a gzip member after the end of one", source=self._name
+                ) from None
+            raise ReadError(f"corrupt gzip data: {exc.detail}", source=self._name) from None
 
     def _capped(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
         for chunk in chunks:
