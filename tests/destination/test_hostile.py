@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from resourcesync.destination.sync import SyncOptions, sync
 from resourcesync.errors import ReadError
@@ -427,6 +427,82 @@ def test_a_success_that_does_not_carry_the_whole_resource_is_not_written(
         "(Content-Range: bytes 0-3/100)"
     ) in said, said
     assert tree(tmp_path / "dest") == {"whole.txt": b"the whole resource"}
+
+
+SIGN_IN = (
+    b"\n<!DOCTYPE html>\n<html lang=en><head><title>Sign in</title></head>"
+    b"<body><form method=post action=/login><input name=user></form></body></html>\n"
+)
+XHTML_ERROR = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 '
+    b'Strict//EN" "http://www.w3.org/TR/xhtml1/DTD/xhtml1-strict.dtd">\n'
+    b'<html xmlns="http://www.w3.org/1999/xhtml"><body>Internal error</body></html>'
+)
+PDF = b"%PDF-1.7\n" + b"<< /Type /Catalog >>\n" * 200 + b"%%EOF\n"
+
+
+def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
+    tmp_path: Path,
+) -> None:
+    """A repository behind a sign-in answers a request for a PDF with 200 and its sign-in
+    page (after a redirect, or at once; an XHTML error page too): without a digest in the list,
+    the page was written as the PDF and the run said ok. Now a failed transfer naming it, and
+    the good copy from an earlier run stays. Not refused: a PDF from a server that labels
+    everything text/html, a page the list gives as HTML or with no type, and an answer its
+    digest vouches for."""
+    state = {"paper": PDF}
+
+    def page(body: bytes, ctype: str = "text/html; charset=utf-8") -> Any:
+        async def handle(request: Request) -> Response:
+            return Response(body, headers={"Content-Type": ctype})
+
+        return handle
+
+    async def paper(request: Request) -> Response:
+        ctype = "application/pdf" if state["paper"] == PDF else "text/html"
+        return Response(state["paper"], headers={"Content-Type": ctype})
+
+    async def moved(request: Request) -> Response:
+        return RedirectResponse("/login?next=/moved.pdf", status_code=302)
+
+    pdf = {"type": "application/pdf"}
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/paper.pdf"] = paper
+        src.handlers["/moved.pdf"] = moved
+        src.handlers["/login"] = page(SIGN_IN)
+        src.handlers["/error.pdf"] = page(XHTML_ERROR, "application/xhtml+xml")
+        src.handlers["/scripted.pdf"] = page(PDF)
+        src.handlers["/page.html"] = page(SIGN_IN)
+        src.handlers["/untyped"] = page(SIGN_IN)
+        src.handlers["/vouched.pdf"] = page(SIGN_IN)
+        src.publish([{"loc": f"{b}/paper.pdf", "lastmod": "2024-01-01T00:00:00Z", **pdf}])
+        code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
+        assert code == 0, summary
+        state["paper"] = SIGN_IN
+        src.publish(
+            [
+                {"loc": f"{b}/paper.pdf", "lastmod": "2024-02-01T00:00:00Z", **pdf},
+                {"loc": f"{b}/moved.pdf", **pdf},
+                {"loc": f"{b}/error.pdf", **pdf},
+                {"loc": f"{b}/scripted.pdf", **pdf},
+                {"loc": f"{b}/page.html", "type": "text/html"},
+                {"loc": f"{b}/untyped"},
+                entry(b, "/vouched.pdf", SIGN_IN, **pdf),
+            ]
+        )
+        code, summary = cli_json("sync", b + "/", tmp_path / "dest", "--baseline", *FAST)
+    assert code == 1, summary
+    said = problems(summary)
+    refused = "an HTML page came where the list gives application/pdf: a sign-in or error page"
+    assert sum(refused in p for p in said) == 3, said
+    assert tree(tmp_path / "dest") == {
+        "paper.pdf": PDF,
+        "scripted.pdf": PDF,
+        "page.html": SIGN_IN,
+        "untyped": SIGN_IN,
+        "vouched.pdf": SIGN_IN,
+    }
 
 
 def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file(

@@ -51,7 +51,7 @@ class Plan:
         db.execute(
             "CREATE TEMP TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, uri TEXT UNIQUE, "
             "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT, sig TEXT, "
-            "links TEXT, held INTEGER, late INTEGER)"
+            "links TEXT, held INTEGER, late INTEGER, type TEXT)"
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
@@ -86,7 +86,7 @@ class Plan:
         planned (None: not looked up), so the transfer need not look again. `late`: a change
         listed behind the copy's cursor (see `Planner.changes`)."""
         if res is None:
-            self.batch.append((uri, action, None, None, None, None, sig, None, held, late))
+            self.batch.append((uri, action, None, None, None, None, sig, None, held, late, None))
         else:
             lastmod = format_w3c(res.lastmod) if res.lastmod else None
             when = res.change_time
@@ -103,6 +103,7 @@ class Plan:
                     links_column(res.links),
                     held,
                     late,
+                    res.type,
                 )
             )
         if len(self.batch) >= _BATCH:
@@ -123,7 +124,7 @@ class Plan:
             # moves to the end, so changes apply in order of their last occurrence.
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime, "
-                "sig, links, held, late) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "sig, links, held, late, type) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self.batch,
             )
             self.batch.clear()
@@ -194,7 +195,7 @@ class Plan:
         """What is planned for `uri`, when it is `action`."""
         self.flush()
         row = self.db.execute(
-            "SELECT uri, length, hashes, lastmod, datetime, links FROM plan "
+            "SELECT uri, length, hashes, lastmod, datetime, links, type FROM plan "
             "WHERE uri = ? AND action = ?",
             (uri, action),
         ).fetchone()
@@ -211,15 +212,15 @@ class Plan:
         last = 0
         while True:
             batch = self.db.execute(
-                "SELECT seq, uri, length, hashes, lastmod, datetime, links, held FROM plan "
+                "SELECT seq, uri, length, hashes, lastmod, datetime, links, type, held FROM plan "
                 "WHERE action = ? AND seq > ? ORDER BY seq LIMIT 1000",
                 (action, last),
             ).fetchall()
             if not batch:
                 return
-            for seq, uri, length, hashes, lastmod, when, links, held in batch:
+            for seq, uri, length, hashes, lastmod, when, links, type_, held in batch:
                 last = seq
-                res = _resource(uri, length, hashes, lastmod, when, links)
+                res = _resource(uri, length, hashes, lastmod, when, links, type_)
                 yield uri, res, None if held is None else bool(held)
 
 
@@ -230,6 +231,7 @@ def _resource(
     lastmod: str | None,
     when: str | None,
     links: str | None,
+    type_: str | None = None,
 ) -> Resource:
     """A plan row as the entry it was planned from."""
     modified = parse_w3c(lastmod) if lastmod else None
@@ -241,6 +243,7 @@ def _resource(
         # A Resource List's entry changed when it was modified: the same text, read once.
         datetime=modified if when == lastmod else parse_w3c(when) if when else None,
         links=[link_from_json(d) for d in json.loads(links)] if links else [],
+        type=type_,
     )
 
 
@@ -686,7 +689,8 @@ class Planner:
         state = self.run.state
         plan.flush()
         rows = plan.db.execute(
-            "SELECT uri, action, length, hashes, lastmod, datetime, links FROM plan WHERE late = 1"
+            "SELECT uri, action, length, hashes, lastmod, datetime, links, type FROM plan "
+            "WHERE late = 1"
         ).fetchall()
         missed: list[str] = []
         dropped: list[tuple[str]] = []

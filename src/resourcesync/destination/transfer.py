@@ -19,6 +19,7 @@ from ..errors import ReadError, ResourceSyncError
 from ..http import HttpOptions, Unreachable
 from ..http.transfer import Fetched, TransferSession
 from ..model import Resource
+from .answer import page_check
 from .mirror import IntegrityError, Located, UnsafePath
 from .options import Run
 from .plan import Plan, same
@@ -361,7 +362,16 @@ class Transfer:
         with mirror.incoming(
             uri, length=res.length, hashes=hashes, at=at, mtime=res.lastmod
         ) as inc:
-            await response.pour(inc.write, self.run.bandwidth)
+            # Without a digest to tell, an HTML page is not taken for a resource the list
+            # gives another type (a sign-in or error page answered 200).
+            check = (
+                None
+                if hashes
+                else page_check(uri, res.type, response.headers.get("Content-Type"), inc.write)
+            )
+            await response.pour(inc.write if check is None else check.write, self.run.bandwidth)
+            if check is not None:
+                check.end()
             if slot is not None and mirror.fsync:
                 # The commit waits for the disk (milliseconds, the event loop with it): the
                 # host's next request goes out first. Without --fsync it costs less than the

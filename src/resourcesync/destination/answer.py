@@ -1,0 +1,119 @@
+"""What a Source's answer is checked for before it is taken for a resource, beyond the
+length and digests its list gives: an HTML page where the list gives another type.
+
+A repository behind a login (Shibboleth, EZproxy, an embargo) answers a request for a PDF
+with `200 OK` and its sign-in page, often after a redirect; a broken one answers with its error
+page and `200`. When the list gives a digest, the digest tells; without one, the page would be
+written as the PDF and the run would say ok. So an answer labelled HTML whose first bytes are
+an HTML page (as the WHATWG MIME sniffing standard recognises one, §7.1) is refused for a
+resource listed with another type: a failed transfer, retried, the previous copy kept. A
+server that labels every answer `text/html` (a script that never sets its type) still has its
+PDF taken: its bytes are not an HTML page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .mirror import IntegrityError
+
+#: The media types of an HTML page.
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+#: How many of the first bytes are looked at.
+WINDOW = 512
+#: The WHATWG "HTML" signatures (MIME Sniffing §7.1), each followed by a tag-terminating
+#: byte, plus `<meta` and `<form` that sign-in pages start with.
+_SIGNATURES = tuple(
+    s.encode()
+    for s in (
+        "<!doctype html",
+        "<html",
+        "<head",
+        "<script",
+        "<iframe",
+        "<h1",
+        "<div",
+        "<font",
+        "<table",
+        "<a",
+        "<style",
+        "<title",
+        "<b",
+        "<body",
+        "<br",
+        "<p",
+        "<!--",
+        "<meta",
+        "<form",
+    )
+)
+_TAG_END = b" >\t\n\r\x0c/"
+_BLANK = b" \t\n\r\x0c"
+
+
+def media_type(value: str | None) -> str:
+    """The essence of a media type (`text/html; charset=utf-8` → `text/html`); "" for none."""
+    if not value:
+        return ""
+    return value.split(";", 1)[0].strip().lower()
+
+
+def looks_like_html(head: bytes) -> bool:
+    """Whether bytes begin as an HTML page does: an HTML signature after blanks (and a byte
+    order mark), or an XML declaration followed by an `<html` element (XHTML)."""
+    text = head.lstrip(_BLANK)
+    if text.startswith(b"\xef\xbb\xbf"):
+        text = text[3:].lstrip(_BLANK)
+    lowered = text[:WINDOW].lower()
+    if lowered.startswith(b"<?xml"):
+        at = lowered.find(b"<html")
+        # (A byte after the name, or none: `in` finds b"" in any bytes.)
+        return at != -1 and lowered[at + 5 : at + 6] in _TAG_END
+    for sig in _SIGNATURES:
+        if lowered.startswith(sig):
+            return lowered[len(sig) : len(sig) + 1] in _TAG_END
+    return False
+
+
+class PageCheck:
+    """A writer in front of another that holds back the first `WINDOW` bytes until it can
+    tell whether they are an HTML page; IntegrityError when they are, before anything is
+    written. `end()` decides for a body shorter than the window."""
+
+    __slots__ = ("_head", "_listed", "_uri", "_write")
+
+    def __init__(self, uri: str, listed: str, write: Callable[[bytes], None]) -> None:
+        self._uri, self._listed, self._write = uri, listed, write
+        self._head: bytes | None = b""
+
+    def write(self, data: bytes) -> None:
+        if self._head is None:
+            self._write(data)
+            return
+        self._head += data
+        if len(self._head) >= WINDOW:
+            self.end()
+
+    def end(self) -> None:
+        head, self._head = self._head, None
+        if not head:
+            return
+        if looks_like_html(head):
+            raise IntegrityError(
+                f"an HTML page came where the list gives {self._listed}: a sign-in or "
+                "error page, not the resource",
+                source=self._uri,
+            )
+        self._write(head)
+
+
+def page_check(
+    uri: str, listed: str | None, answered: str | None, write: Callable[[bytes], None]
+) -> PageCheck | None:
+    """The check for an answer labelled `answered` (its Content-Type) to a resource the list
+    gives as `listed`; None when there is nothing to check: the list gives no type or an HTML
+    one, or the answer is not labelled HTML."""
+    essence = media_type(listed)
+    if not essence or essence in HTML_TYPES or media_type(answered) not in HTML_TYPES:
+        return None
+    return PageCheck(uri, essence, write)
