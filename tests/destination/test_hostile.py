@@ -505,6 +505,41 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
     }
 
 
+def test_audit_finds_an_html_page_held_for_a_resource_listed_with_another_type(
+    tmp_path: Path,
+) -> None:
+    """A copy made by another tool (or before the transfer checked) holds the sign-in page
+    where the list gives a PDF without a digest: `audit` called it in sync (the length is not
+    listed, the file is there). Now different; a real PDF, an HTML page listed as HTML and an
+    untyped entry are in sync."""
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    for name, body in [
+        ("signed-out.pdf", SIGN_IN),
+        ("error.pdf", XHTML_ERROR),
+        ("paper.pdf", PDF),
+        ("page.html", SIGN_IN),
+        ("untyped", SIGN_IN),
+    ]:
+        (dest / name).write_bytes(body)
+    pdf = {"type": "application/pdf"}
+    with hand_source() as src:
+        b = src.base
+        src.publish(
+            [
+                {"loc": f"{b}/signed-out.pdf", **pdf},
+                {"loc": f"{b}/error.pdf", "type": "application/pdf; version=1.7"},
+                {"loc": f"{b}/paper.pdf", **pdf},
+                {"loc": f"{b}/page.html", "type": "text/html"},
+                {"loc": f"{b}/untyped"},
+            ]
+        )
+        code, summary = cli_json("audit", b + "/", dest)
+    assert code == 1, summary
+    assert (summary["in_sync"], summary["different"]) == (3, 2), summary
+    assert sorted(summary["examples"]["different"]) == [f"{b}/error.pdf", f"{b}/signed-out.pdf"]
+
+
 def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file(
     tmp_path: Path,
 ) -> None:

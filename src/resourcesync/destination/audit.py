@@ -19,6 +19,7 @@ from ..model import Resource
 from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..w3cdt import parse_w3c, seconds_before
+from .answer import HTML_TYPES, WINDOW, looks_like_html, media_type
 from .discover import SetInfo, discover
 from .dumps import dumped_changes
 from .mirror import Mapping, Mirror, UnsafePath
@@ -66,7 +67,7 @@ def audit(
         db = sqlite3.connect(":memory:")
         db.execute(
             "CREATE TABLE expected (uri TEXT PRIMARY KEY, length INTEGER, hashes TEXT, "
-            "gone INTEGER, lastmod TEXT)"
+            "gone INTEGER, lastmod TEXT, type TEXT)"
         )
         for s in info.sets:
             _expected_state(s, db, client, opts)
@@ -104,8 +105,8 @@ def audit(
                                 )
                         except UnsafePath:
                             pass
-        for uri, length, hashes, lastmod, recorded in db.execute(
-            "SELECT e.uri, e.length, e.hashes, e.lastmod, r.lastmod FROM expected e "
+        for uri, length, hashes, lastmod, kind, recorded in db.execute(
+            "SELECT e.uri, e.length, e.hashes, e.lastmod, e.type, r.lastmod FROM expected e "
             "LEFT JOIN recorded r ON r.uri = e.uri WHERE e.gone = 0 ORDER BY e.uri"
         ):
             if excluded(uri):
@@ -137,6 +138,10 @@ def audit(
                 # No digest to compare: the length says little (an edit often keeps it); the
                 # Source's <lastmod> against the one recorded with what the copy holds does.
                 same = lastmod == recorded
+            if same and not algos and _page_in_place(path, kind):
+                # A sign-in or error page written as the resource (by another tool, or before
+                # this one checked): nothing else would tell without a digest.
+                same = False
             if same:
                 report.in_sync += 1
             else:
@@ -174,7 +179,7 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
         )
     at: datetime | None = None
     batch: list[tuple[Any, ...]] = []
-    insert = "INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?, ?)"
+    insert = "INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?, ?, ?)"
     for visit in walk(url, mode=FOLLOW_INDEX, client=client):
         doc = visit.reader.document
         expect(doc.capability, "resourcelist", visit.name)
@@ -185,7 +190,9 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
                 pass
             continue
         for _, res in visit.entries():
-            batch.append((res.loc, res.length, json.dumps(res.hashes), 0, _stamp(res.lastmod)))
+            batch.append(
+                (res.loc, res.length, json.dumps(res.hashes), 0, _stamp(res.lastmod), res.type)
+            )
             if len(batch) >= 2000:
                 db.executemany(insert, batch)
                 batch.clear()
@@ -230,8 +237,21 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
                 json.dumps(res.hashes),
                 1 if res.change == "deleted" else 0,
                 _stamp(res.lastmod),
+                res.type,
             ),
         )
+
+
+def _page_in_place(path: Path, listed: str | None) -> bool:
+    """Whether the file at `path` is an HTML page while the list gives it another type."""
+    kind = media_type(listed)
+    if not kind or kind in HTML_TYPES:
+        return False
+    try:
+        with open(path, "rb") as f:
+            return looks_like_html(f.read(WINDOW))
+    except OSError:
+        return False
 
 
 def _recorded_stamp(text: str) -> str | None:
