@@ -545,7 +545,10 @@ def hostile_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
             write(tmp_path / "corrupt.xml.gz", gzip.compress(RESOURCE_LIST.encode())[:40]),
             "gzip",
         ),
-        "html": (write(tmp_path / "page.xml", "<html><body>hi</body></html>"), "not a sitemap"),
+        "html": (
+            write(tmp_path / "page.xml", "<html><body>hi</body></html>"),
+            "an HTML page, not a ResourceSync",
+        ),
         "missing": (tmp_path / "missing.xml", "no such file"),
         "directory": (tmp_path, "is a directory"),
     }

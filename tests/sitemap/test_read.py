@@ -30,7 +30,7 @@ def doc(body: str, md: str = 'capability="resourcelist" at="2013-01-03T09:00:00Z
 @pytest.mark.parametrize("path", spec_example_files(), ids=lambda p: p.name)
 def test_every_spec_example_is_read(path: Path) -> None:
     if path.name == "resourcesync_ex_9.xml":  # an HTML page showing <link rel="resourcesync">
-        with pytest.raises(ReadError, match="not a sitemap document"):
+        with pytest.raises(ReadError, match="an HTML page, not a ResourceSync document"):
             read_document(path)
         return
     document, entries = read_document(path)
@@ -164,10 +164,16 @@ def test_doctypes_are_refused_and_nothing_is_loaded(tmp_path: Path, name: str) -
         (b"", "empty"),
         (b"\x00\xff\xfe garbage \x89PNG\r\n", "not well-formed"),
         (doc("<url><loc>http://e.com/a</loc></url>")[:-30], "not well-formed"),
-        (b"<html><body>hello</body></html>", "not a sitemap document"),
+        (b"<html><body>hello</body></html>", "an HTML page, not a ResourceSync document"),
+        # A sign-in page answered 200 for a list: said as such (it was "DOCTYPE declarations
+        # are not allowed", which sent people looking for an entity attack).
+        (
+            b"\n<!DOCTYPE html>\n<html lang=en><head><title>Sign in</title></head></html>",
+            "an HTML page, not a ResourceSync document (a sign-in or error page?)",
+        ),
         (b'<urlset xmlns="urn:other"/>', "not a sitemap document"),
     ],
-    ids=["empty", "binary", "truncated", "html", "wrong-namespace"],
+    ids=["empty", "binary", "truncated", "html", "sign-in", "wrong-namespace"],
 )
 def test_broken_input_gives_a_read_error_with_a_location(data: bytes, fragment: str) -> None:
     with pytest.raises(ReadError) as info:

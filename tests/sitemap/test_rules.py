@@ -920,8 +920,7 @@ def test_spec_example_9_is_an_html_page_reported_unreadable() -> None:
     assert len(report.unreadable) == 1
     f = report.unreadable[0]
     assert f.source == str(path)
-    assert "not a sitemap document" in f.message
-    assert "html" in f.message
+    assert "an HTML page, not a ResourceSync document" in f.message
     assert not report.ok
 
 

@@ -6,73 +6,19 @@ with `200 OK` and its sign-in page, often after a redirect; a broken one answers
 page and `200`. When the list gives a digest, the digest tells; without one, the page would be
 written as the PDF and the run would say ok. So an answer labelled HTML whose first bytes are
 an HTML page (as the WHATWG MIME sniffing standard recognises one, §7.1) is refused for a
-resource listed with another type: a failed transfer, retried, the previous copy kept. A
-server that labels every answer `text/html` (a script that never sets its type) still has its
-PDF taken: its bytes are not an HTML page.
+resource listed with another type (`resourcesync.sniff`): a failed transfer, retried, the
+previous copy kept. A server that labels every answer `text/html` (a script that never sets its
+type) still has its PDF taken: its bytes are not an HTML page.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..sniff import HTML_TYPES, WINDOW, looks_like_html, media_type
 from .mirror import IntegrityError
 
-#: The media types of an HTML page.
-HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-#: How many of the first bytes are looked at.
-WINDOW = 512
-#: The WHATWG "HTML" signatures (MIME Sniffing §7.1), each followed by a tag-terminating
-#: byte, plus `<meta` and `<form` that sign-in pages start with.
-_SIGNATURES = tuple(
-    s.encode()
-    for s in (
-        "<!doctype html",
-        "<html",
-        "<head",
-        "<script",
-        "<iframe",
-        "<h1",
-        "<div",
-        "<font",
-        "<table",
-        "<a",
-        "<style",
-        "<title",
-        "<b",
-        "<body",
-        "<br",
-        "<p",
-        "<!--",
-        "<meta",
-        "<form",
-    )
-)
-_TAG_END = b" >\t\n\r\x0c/"
-_BLANK = b" \t\n\r\x0c"
-
-
-def media_type(value: str | None) -> str:
-    """The essence of a media type (`text/html; charset=utf-8` → `text/html`); "" for none."""
-    if not value:
-        return ""
-    return value.split(";", 1)[0].strip().lower()
-
-
-def looks_like_html(head: bytes) -> bool:
-    """Whether bytes begin as an HTML page does: an HTML signature after blanks (and a byte
-    order mark), or an XML declaration followed by an `<html` element (XHTML)."""
-    text = head.lstrip(_BLANK)
-    if text.startswith(b"\xef\xbb\xbf"):
-        text = text[3:].lstrip(_BLANK)
-    lowered = text[:WINDOW].lower()
-    if lowered.startswith(b"<?xml"):
-        at = lowered.find(b"<html")
-        # (A byte after the name, or none: `in` finds b"" in any bytes.)
-        return at != -1 and lowered[at + 5 : at + 6] in _TAG_END
-    for sig in _SIGNATURES:
-        if lowered.startswith(sig):
-            return lowered[len(sig) : len(sig) + 1] in _TAG_END
-    return False
+__all__ = ["PageCheck", "page_check"]
 
 
 class PageCheck:

@@ -18,8 +18,8 @@ from ..http import make_client
 from ..model import Resource
 from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX
+from ..sniff import HTML_TYPES, WINDOW, looks_like_html, media_type
 from ..w3cdt import parse_w3c, seconds_before
-from .answer import HTML_TYPES, WINDOW, looks_like_html, media_type
 from .discover import SetInfo, discover
 from .dumps import dumped_changes
 from .mirror import Mapping, Mirror, UnsafePath

@@ -19,7 +19,7 @@ from ..errors import FetchError, ReadError
 from ..http import Unreachable
 from ..model import Capability, Document
 from ..sitemap import open_document
-from ..sitemap.read import is_url
+from ..sitemap.read import HTML_PAGE, is_url
 
 __all__ = ["SetInfo", "SourceInfo", "discover", "site_root"]
 
@@ -132,7 +132,7 @@ def _absent(exc: ReadError) -> bool:
     be used."""
     if isinstance(exc, FetchError):
         return exc.message.startswith(("HTTP 404", "HTTP 410"))
-    return exc.message.startswith("not a sitemap document")
+    return exc.message.startswith(("not a sitemap document", HTML_PAGE))
 
 
 def discover(source: str, *, client: Any = None, choose: str | None = None) -> SourceInfo:

@@ -30,11 +30,13 @@ from ..errors import FormatError, ReadError
 from ..hashing import normalise_digest, parse_hashes
 from ..inflate import Inflate, InflateError
 from ..model import RS_NS, SITEMAP_NS, Document, Link, Resource
+from ..sniff import looks_like_html
 from ..units import ascii_int
 from ..w3cdt import W3CDatetimeError, parse_w3c, parse_zoneless
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "HTML_PAGE",
     "DocumentReader",
     "ProblemHandler",
     "Source",
@@ -68,6 +70,9 @@ RS_LN = f"{{{RS_NS}}}ln"
 
 Source = str | os.PathLike[str] | bytes | bytearray | IO[bytes]
 
+#: What a document that is an HTML page is refused as (a site's page, or its sign-in or error
+#: page answered 200: discovery takes it for no document there).
+HTML_PAGE = "an HTML page, not a ResourceSync document"
 # What may stand before the root element: the XML declaration, PIs, comments, white space.
 _PROLOG = re.compile(rb"(?:\xef\xbb\xbf)?(?:\s+|<\?.*?\?>|<!--.*?-->)*", re.DOTALL)
 
@@ -360,6 +365,13 @@ class DocumentReader:
             text = head
             if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
                 text = head.decode("utf-16", errors="replace").encode("utf-8")
+            if looks_like_html(text):
+                # A sign-in or error page answered 200 for the document, most often.
+                raise ReadError(
+                    f"{HTML_PAGE} (a sign-in or error page?)",
+                    source=self.name,
+                    line=1,
+                )
             m = _PROLOG.match(text)
             end = m.end() if m else 0
             rest = text[end : end + 9]

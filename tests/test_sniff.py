@@ -1,0 +1,64 @@
+"""`resourcesync.sniff`: what is taken for an HTML page (a sign-in or error page answered 200
+in place of a resource or a document), and what is not."""
+
+from __future__ import annotations
+
+import pytest
+
+from resourcesync.sniff import looks_like_html, media_type
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"<!DOCTYPE html>\n<html>",
+        b"\xef\xbb\xbf  \n<HTML lang=en>",
+        b"<html>",
+        b"<head><title>x</title>",
+        b"<p>Internal Server Error",
+        b'<a href="/login">moved</a>',
+        b"<!-- generated -->\n<!doctype html>",
+        b'<?xml version="1.0"?>\n<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0//EN" "x">\n'
+        b'<html xmlns="http://www.w3.org/1999/xhtml">',
+        b"<body",
+        b"<br>",
+    ],
+)
+def test_html_pages(head: bytes) -> None:
+    assert looks_like_html(head)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"",
+        b"%PDF-1.7\n",
+        b"\x89PNG\r\n\x1a\n",
+        b'<?xml version="1.0"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">',
+        b"<!-- made by hand -->\n<urlset>",
+        b"<pdf>",  # an element whose name only starts like a signature
+        b"<abbr>",
+        b"<!-- a comment that runs past the window " + b"x" * 600,
+        b"LIRS,1,2,3,4,http://example.jp/,title,author,source,",
+        b"plain text that mentions <html> later",
+    ],
+)
+def test_not_html_pages(head: bytes) -> None:
+    assert not looks_like_html(head)
+
+
+def test_only_the_window_is_looked_at() -> None:
+    assert not looks_like_html(b" " * 600 + b"<html>")
+
+
+@pytest.mark.parametrize(
+    ("value", "essence"),
+    [
+        ("text/html; charset=utf-8", "text/html"),
+        (" Application/XHTML+XML ", "application/xhtml+xml"),
+        ("", ""),
+        (None, ""),
+    ],
+)
+def test_media_type_essence(value: str | None, essence: str) -> None:
+    assert media_type(value) == essence
