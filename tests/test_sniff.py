@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from resourcesync.sniff import looks_like_html, media_type
+from resourcesync.sniff import looks_like_html, media_type, not_a_page
 
 
 @pytest.mark.parametrize(
@@ -62,3 +62,21 @@ def test_only_the_window_is_looked_at() -> None:
 )
 def test_media_type_essence(value: str | None, essence: str) -> None:
     assert media_type(value) == essence
+
+
+@pytest.mark.parametrize(
+    ("listed", "refused"),
+    [
+        ("application/pdf", "application/pdf"),
+        ("text/plain; charset=utf-8", "text/plain"),
+        ("image/png", "image/png"),
+        (None, ""),
+        ("text/html", ""),
+        ("application/xhtml+xml", ""),
+        ("application/xml", ""),
+        ("text/xml", ""),
+        ("application/atom+xml", ""),
+    ],
+)
+def test_the_types_an_html_page_cannot_be(listed: str | None, refused: str) -> None:
+    assert not_a_page(listed) == refused

@@ -6,7 +6,7 @@ element (XHTML). Ground floor: imports nothing of ours.
 
 from __future__ import annotations
 
-__all__ = ["HTML_TYPES", "WINDOW", "looks_like_html", "media_type"]
+__all__ = ["HTML_TYPES", "WINDOW", "looks_like_html", "media_type", "not_a_page"]
 
 #: The media types of an HTML page.
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
@@ -47,6 +47,18 @@ def media_type(value: str | None) -> str:
     if not value:
         return ""
     return value.split(";", 1)[0].strip().lower()
+
+
+def not_a_page(listed: str | None) -> str:
+    """The essence of the type a list gives when an HTML page cannot be that resource; "" when
+    it can: no type given, an HTML type, or an XML one (an XHTML page is XML: a Source may list
+    its pages as `application/xml`)."""
+    essence = media_type(listed)
+    if essence in HTML_TYPES or essence in ("application/xml", "text/xml"):
+        return ""
+    if essence.endswith("+xml"):
+        return ""
+    return essence
 
 
 def looks_like_html(head: bytes) -> bool:

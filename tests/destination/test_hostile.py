@@ -448,8 +448,8 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
     page (after a redirect, or at once; an XHTML error page too): without a digest in the list,
     the page was written as the PDF and the run said ok. Now a failed transfer naming it, and
     the good copy from an earlier run stays. Not refused: a PDF from a server that labels
-    everything text/html, a page the list gives as HTML or with no type, and an answer its
-    digest vouches for."""
+    everything text/html, a page the list gives as HTML, as XML (XHTML is) or with no type,
+    and an answer its digest vouches for."""
     state = {"paper": PDF}
 
     def page(body: bytes, ctype: str = "text/html; charset=utf-8") -> Any:
@@ -476,6 +476,7 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
         src.handlers["/page.html"] = page(SIGN_IN)
         src.handlers["/untyped"] = page(SIGN_IN)
         src.handlers["/vouched.pdf"] = page(SIGN_IN)
+        src.handlers["/export.xml"] = page(XHTML_ERROR)
         src.publish([{"loc": f"{b}/paper.pdf", "lastmod": "2024-01-01T00:00:00Z", **pdf}])
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
         assert code == 0, summary
@@ -489,6 +490,7 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
                 {"loc": f"{b}/page.html", "type": "text/html"},
                 {"loc": f"{b}/untyped"},
                 entry(b, "/vouched.pdf", SIGN_IN, **pdf),
+                {"loc": f"{b}/export.xml", "type": "application/xml"},
             ]
         )
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", "--baseline", *FAST)
@@ -502,6 +504,7 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
         "page.html": SIGN_IN,
         "untyped": SIGN_IN,
         "vouched.pdf": SIGN_IN,
+        "export.xml": XHTML_ERROR,
     }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..sniff import HTML_TYPES, WINDOW, looks_like_html, media_type
+from ..sniff import HTML_TYPES, WINDOW, looks_like_html, media_type, not_a_page
 from .mirror import IntegrityError
 
 __all__ = ["PageCheck", "page_check"]
@@ -57,9 +57,9 @@ def page_check(
     uri: str, listed: str | None, answered: str | None, write: Callable[[bytes], None]
 ) -> PageCheck | None:
     """The check for an answer labelled `answered` (its Content-Type) to a resource the list
-    gives as `listed`; None when there is nothing to check: the list gives no type or an HTML
-    one, or the answer is not labelled HTML."""
-    essence = media_type(listed)
-    if not essence or essence in HTML_TYPES or media_type(answered) not in HTML_TYPES:
+    gives as `listed`; None when there is nothing to check: the list gives no type, an HTML or
+    an XML one (`sniff.not_a_page`), or the answer is not labelled HTML."""
+    essence = not_a_page(listed)
+    if not essence or media_type(answered) not in HTML_TYPES:
         return None
     return PageCheck(uri, essence, write)

@@ -18,7 +18,7 @@ from ..http import make_client
 from ..model import Resource
 from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX
-from ..sniff import HTML_TYPES, WINDOW, looks_like_html, media_type
+from ..sniff import WINDOW, looks_like_html, not_a_page
 from ..w3cdt import parse_w3c, seconds_before
 from .discover import SetInfo, discover
 from .dumps import dumped_changes
@@ -244,8 +244,7 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
 
 def _page_in_place(path: Path, listed: str | None) -> bool:
     """Whether the file at `path` is an HTML page while the list gives it another type."""
-    kind = media_type(listed)
-    if not kind or kind in HTML_TYPES:
+    if not not_a_page(listed):
         return False
     try:
         with open(path, "rb") as f:
