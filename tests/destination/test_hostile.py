@@ -402,7 +402,8 @@ def test_a_success_that_does_not_carry_the_whole_resource_is_not_written(
     """204 No Content, 205 Reset Content, 206 Partial Content (a part nobody asked for: no
     request of ours sends Range), to a GET of a resource listed without length or digest:
     each a failed transfer, nothing written. Before, an empty file, an empty file and the
-    part were written, and the run said ok."""
+    part were written, and the run said ok. A 204 for a resource the list says is empty is
+    that resource (it was refused as well)."""
 
     def answer(status: int, body: bytes = b"", **headers: str) -> Any:
         async def handle(request: Request) -> Response:
@@ -416,7 +417,12 @@ def test_a_success_that_does_not_carry_the_whole_resource_is_not_written(
         src.handlers["/reset.txt"] = answer(205)
         src.handlers["/part.txt"] = answer(206, b"part", **{"Content-Range": "bytes 0-3/100"})
         src.handlers["/whole.txt"] = answer(203, b"the whole resource")
-        src.publish([{"loc": f"{b}/{n}.txt"} for n in ("none", "reset", "part", "whole")])
+        src.handlers["/empty.txt"] = answer(204)
+        src.handlers["/empty-digest.txt"] = answer(204)
+        src.publish(
+            [{"loc": f"{b}/{n}.txt"} for n in ("none", "reset", "part", "whole")]
+            + [{"loc": f"{b}/empty.txt", "length": 0}, entry(b, "/empty-digest.txt", b"")]
+        )
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
     assert code == 1, summary
     said = "\n".join(problems(summary))
@@ -426,7 +432,12 @@ def test_a_success_that_does_not_carry_the_whole_resource_is_not_written(
         "HTTP 206 Partial Content: only a part of the resource, which was not asked for "
         "(Content-Range: bytes 0-3/100)"
     ) in said, said
-    assert tree(tmp_path / "dest") == {"whole.txt": b"the whole resource"}
+    assert len(problems(summary)) == 3, said
+    assert tree(tmp_path / "dest") == {
+        "whole.txt": b"the whole resource",
+        "empty.txt": b"",
+        "empty-digest.txt": b"",
+    }
 
 
 SIGN_IN = (

@@ -84,6 +84,12 @@ class _Slot:
         self.release()
 
 
+#: The answers to a resource's GET taken besides 2xx with its content: 304 to a conditional
+#: request; and 204 for a resource the list gives as empty (`length="0"`).
+_ACCEPT = (304,)
+_ACCEPT_EMPTY = (304, 204)
+
+
 def host_key(uri: str) -> str:
     """The host a URI's request goes to, as the per-host limits count it: `urlsplit`'s netloc,
     lower-cased (a match instead of a split: once a resource, it was 1.4 % of a sync's CPU)."""
@@ -246,6 +252,8 @@ class Transfer:
             http = dataclasses.replace(http, retry=dataclasses.replace(http.retry, retries=0))
         unreachable = False
         expected = {"length": res.length, "hashes": res.hashes}
+        # "No Content" is the whole of a resource the list says is empty (and only of one).
+        empty = res.length == 0
         last_error = ""
         try:
             # Before any request: what cannot be written is not asked for.
@@ -265,7 +273,7 @@ class Transfer:
                     headers["If-Modified-Since"] = known.last_modified
             try:
                 async with client.open(
-                    uri, headers=headers, accept=(304,), options=http
+                    uri, headers=headers, accept=_ACCEPT_EMPTY if empty else _ACCEPT, options=http
                 ) as response:
                     if response.status_code == 304:
                         # Not modified at the Source; trusted only if our copy is still what
