@@ -670,6 +670,35 @@ def test_a_source_with_a_resource_dump_only_is_followed_through_its_dump(
     assert tree(dest) == {"a.txt": b"alpha", "b.txt": b"beta, again"}
 
 
+def test_a_copy_of_a_source_with_a_resource_dump_only_is_audited_against_its_manifests(
+    tmp_path: Path,
+) -> None:
+    """`audit` said "the Source offers no Resource List to audit against" (exit 2) for a Source
+    that `sync` follows through its Resource Dump. It now expects what the packages'
+    manifests list: read through each package's `rel="contents"` link, or from the package
+    itself when there is none."""
+    dest = tmp_path / "dest"
+    files = {"a.txt": b"alpha", "k/b.txt": b"beta"}
+    with published_source(tmp_path, files, capabilities=("resourcedump",)) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        code, summary = cli_json("audit", src.root, dest)
+        assert (code, summary["expected"], summary["in_sync"]) == (0, 2, 2), summary
+        (dest / "a.txt").write_bytes(b"ALPHA")
+        (dest / "k" / "b.txt").unlink()
+        (dest / "extra.txt").write_bytes(b"not the Source's")
+        code, summary = cli_json("audit", src.root, dest)
+        assert code == 1, summary
+        assert (summary["different"], summary["missing"], summary["extra"]) == (1, 1, 1)
+        # Without the manifests beside the packages (the links lead nowhere): the packages.
+        manifests = list(src.out.rglob("*manifest*.xml"))
+        assert manifests
+        for manifest in manifests:
+            manifest.unlink()
+        code, again = cli_json("audit", src.root, dest)
+        assert (code, again["different"], again["missing"], again["extra"]) == (1, 1, 1, 1)
+        assert again["examples"] == summary["examples"]
+
+
 def test_a_source_with_change_lists_only_is_followed_from_a_time(tmp_path: Path) -> None:
     """No Resource List: nothing to start a copy from, said with the way to follow the
     Change Lists (`--from`, for a copy made by other means), which then works."""

@@ -812,9 +812,9 @@ def _follow(
 @sync_options
 @handle_errors
 def audit(source: str, dest: Path, as_json: bool, verbose: bool, quiet: bool, **o: Any) -> None:
-    """Compare DEST with the Source's current state (its Resource List plus the changes after
-    it): missing, extra and different resources. Exit 0 in sync, 1 when it differs, 2 on error.
-    Ends with one summary line on stdout.
+    """Compare DEST with the Source's current state (its Resource List, or its Resource Dump's
+    manifests, plus the changes after it): missing, extra and different resources. Exit 0 in
+    sync, 1 when it differs, 2 on error. Ends with one summary line on stdout.
 
     \b
     Example:

@@ -21,7 +21,7 @@ from ..sitemap.follow import FOLLOW_INDEX
 from ..sniff import WINDOW, looks_like_html, not_a_page
 from ..w3cdt import parse_w3c, seconds_before
 from .discover import SetInfo, discover
-from .dumps import dumped_changes
+from .dumps import dumped_changes, dumped_resources
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import SyncOptions, scoped
 from .plan import change_entries, expect, lists_covering
@@ -40,8 +40,9 @@ def audit(
     *,
     examples: int | None = 10,
 ) -> AuditReport:
-    """Compare DEST with the Source's current state: its Resource List plus the changes listed
-    after the Resource List's `at` (and `options.lookback` behind it, as `sync` reads them).
+    """Compare DEST with the Source's current state: its Resource List (without one, its
+    Resource Dump's manifests) plus the changes listed after the Resource List's `at` (and
+    `options.lookback` behind it, as `sync` reads them).
     Missing, extra and different resources (by digest when both sides have one; else by
     length, and by `<lastmod>` against the one the copy's state recorded with what it holds)."""
     source, dest = os.fspath(source), Path(dest)
@@ -162,25 +163,43 @@ def audit(
 
 
 def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncOptions) -> None:
-    """Fill `expected` with the Source's current state: the Resource List at `at`, then every
-    change after `at` in the Change Lists that cover that time — the Change List Archive
-    included (issue 10.10) — or, from a Source that lists its changes only in a Change Dump,
-    in the packages' manifests (as `sync` takes them).
+    """Fill `expected` with the Source's current state: the Resource List at `at` (from a Source
+    without one, its Resource Dump's manifests), then every change after `at` in the Change
+    Lists that cover that time — the Change List Archive included (issue 10.10) — or, from a
+    Source that lists its changes only in a Change Dump, in the packages' manifests (as `sync`
+    takes them).
 
     The changes listed `opts.lookback` behind `at` are applied too, in order, as `sync
     --lookback` reads them behind its cursor: one whose transaction committed after the
     Resource List was made is listed there and missing from it. One the Resource List already
     shows is applied again to the same end (the lists are in order: a later change of the
     same resource comes after it)."""
-    url = s.url("resourcelist")
-    if url is None:
+    url, dump = s.url("resourcelist"), s.url("resourcedump")
+    if url is None and dump is None:
         raise ReadError(
-            "the Source offers no Resource List to audit against", source=s.capabilitylist
+            "the Source offers no Resource List (nor Resource Dump) to audit against",
+            source=s.capabilitylist,
         )
     at: datetime | None = None
     batch: list[tuple[Any, ...]] = []
     insert = "INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?, ?, ?)"
-    for visit in walk(url, mode=FOLLOW_INDEX, client=client):
+
+    def expected(res: Resource) -> None:
+        batch.append(
+            (res.loc, res.length, json.dumps(res.hashes), 0, _stamp(res.lastmod), res.type)
+        )
+        if len(batch) >= 2000:
+            db.executemany(insert, batch)
+            batch.clear()
+
+    if url is None:
+        # A Source that publishes its state as a Resource Dump only (as `sync` follows it):
+        # what its packages' manifests list, as of the dump's `at`.
+        assert dump is not None
+        at, dumped = dumped_resources(client, opts.http, dump)
+        for res in dumped:
+            expected(res)
+    for visit in walk(url, mode=FOLLOW_INDEX, client=client) if url is not None else ():
         doc = visit.reader.document
         expect(doc.capability, "resourcelist", visit.name)
         if at is None:
@@ -190,12 +209,7 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
                 pass
             continue
         for _, res in visit.entries():
-            batch.append(
-                (res.loc, res.length, json.dumps(res.hashes), 0, _stamp(res.lastmod), res.type)
-            )
-            if len(batch) >= 2000:
-                db.executemany(insert, batch)
-                batch.clear()
+            expected(res)
     db.executemany(insert, batch)
     if at is None:
         return

@@ -54,11 +54,15 @@ def resource_packages(run: Run, s: SetInfo) -> tuple[list[Resource], datetime | 
     """The Resource Dump's packages (through its index) and its `at`."""
     url = s.url("resourcedump")
     assert url is not None
+    return _resource_packages(run.client, url)
+
+
+def _resource_packages(client: Any, url: str) -> tuple[list[Resource], datetime | None]:
     # A Resource Dump Index names Resource Dumps, whose entries are the packages (issue
     # 10.8): the index is followed, never its parts downloaded as if they were packages.
     packages: list[Resource] = []
     at: datetime | None = None
-    for visit in walk(url, mode=FOLLOW_INDEX, client=run.client, max_documents=MAX_PARTS):
+    for visit in walk(url, mode=FOLLOW_INDEX, client=client, max_documents=MAX_PARTS):
         doc = visit.reader.document
         expect(doc.capability, "resourcedump", visit.name)
         if at is None:
@@ -331,6 +335,37 @@ def _gap(packages: list[Resource], after: datetime) -> str | None:
                 "(run with --baseline)"
             )
     return None
+
+
+def dumped_resources(
+    client: Any, http: HttpOptions, url: str
+) -> tuple[datetime | None, Iterator[Resource]]:
+    """The Resource Dump's `at` and the resources its packages' manifests list: what `audit`
+    expects of a Source that publishes its state only so. A package's manifest is read from
+    its `rel="contents"` link when it gives one (nothing downloaded); else, or when that
+    cannot be read, the package is downloaded, verified against the dump, read and removed."""
+    packages, at = _resource_packages(client, url)
+
+    def entries() -> Iterator[Resource]:
+        with tempfile.TemporaryDirectory(prefix="resourcesync-audit-") as work:
+            for package in packages:
+                link = package.link("contents")
+                if link is not None:
+                    try:
+                        with open_document(
+                            link.href, client=client, max_bytes=MAX_MANIFEST
+                        ) as reader:
+                            expect(reader.document.capability, "resourcedump-manifest", link.href)
+                            yield from reader
+                        continue
+                    except ResourceSyncError:
+                        pass  # the package itself says
+                zpath = Path(work) / "package.zip"
+                run_loop(_download_with(http, None, package, zpath))
+                yield from _manifest(zpath, package, None)
+                zpath.unlink()
+
+    return at, entries()
 
 
 def dumped_changes(
