@@ -458,9 +458,10 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
     """A repository behind a sign-in answers a request for a PDF with 200 and its sign-in
     page (after a redirect, or at once; an XHTML error page too): without a digest in the list,
     the page was written as the PDF and the run said ok. Now a failed transfer naming it, and
-    the good copy from an earlier run stays. Not refused: a PDF from a server that labels
-    everything text/html, a page the list gives as HTML, as XML (XHTML is) or with no type,
-    and an answer its digest vouches for."""
+    the good copy from an earlier run stays; the same for an answer with no Content-Type.
+    Not refused: a text file holding HTML source served as text/plain, a PDF from a server
+    that labels everything text/html, a page the list gives as HTML, as XML (XHTML is) or
+    with no type, and an answer its digest vouches for."""
     state = {"paper": PDF}
 
     def page(body: bytes, ctype: str = "text/html; charset=utf-8") -> Any:
@@ -476,6 +477,14 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
     async def moved(request: Request) -> Response:
         return RedirectResponse("/login?next=/moved.pdf", status_code=302)
 
+    async def unlabelled(request: Request) -> Response:
+        response = Response(SIGN_IN)
+        del response.headers["content-type"]
+        return response
+
+    async def source_code(request: Request) -> Response:
+        return Response(SIGN_IN, headers={"Content-Type": "text/plain"})
+
     pdf = {"type": "application/pdf"}
     with hand_source() as src:
         b = src.base
@@ -488,6 +497,8 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
         src.handlers["/untyped"] = page(SIGN_IN)
         src.handlers["/vouched.pdf"] = page(SIGN_IN)
         src.handlers["/export.xml"] = page(XHTML_ERROR)
+        src.handlers["/unlabelled.pdf"] = unlabelled
+        src.handlers["/sign-in.txt"] = source_code
         src.publish([{"loc": f"{b}/paper.pdf", "lastmod": "2024-01-01T00:00:00Z", **pdf}])
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
         assert code == 0, summary
@@ -502,13 +513,15 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
                 {"loc": f"{b}/untyped"},
                 entry(b, "/vouched.pdf", SIGN_IN, **pdf),
                 {"loc": f"{b}/export.xml", "type": "application/xml"},
+                {"loc": f"{b}/unlabelled.pdf", **pdf},
+                {"loc": f"{b}/sign-in.txt", "type": "text/plain"},
             ]
         )
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", "--baseline", *FAST)
     assert code == 1, summary
     said = problems(summary)
     refused = "an HTML page came where the list gives application/pdf: a sign-in or error page"
-    assert sum(refused in p for p in said) == 3, said
+    assert sum(refused in p for p in said) == 4, said
     assert tree(tmp_path / "dest") == {
         "paper.pdf": PDF,
         "scripted.pdf": PDF,
@@ -516,6 +529,7 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
         "untyped": SIGN_IN,
         "vouched.pdf": SIGN_IN,
         "export.xml": XHTML_ERROR,
+        "sign-in.txt": SIGN_IN,
     }
 
 

@@ -1,14 +1,14 @@
-"""What a Source's answer is checked for before it is taken for a resource, beyond the
-length and digests its list gives: an HTML page where the list gives another type.
+"""What a Source's answer is checked for before it is taken for a resource, beyond the length and
+digests its list gives: an HTML page where the list gives another type.
 
-A repository behind a login (Shibboleth, EZproxy, an embargo) answers a request for a PDF
-with `200 OK` and its sign-in page, often after a redirect; a broken one answers with its error
-page and `200`. When the list gives a digest, the digest tells; without one, the page would be
-written as the PDF and the run would say ok. So an answer labelled HTML whose first bytes are
-an HTML page (as the WHATWG MIME sniffing standard recognises one, §7.1) is refused for a
-resource listed with another type (`resourcesync.sniff`): a failed transfer, retried, the
-previous copy kept. A server that labels every answer `text/html` (a script that never sets its
-type) still has its PDF taken: its bytes are not an HTML page.
+A repository behind a login (Shibboleth, EZproxy, an embargo) answers a request for a PDF with
+`200 OK` and its sign-in page, often after a redirect; a broken one answers with its error page
+and `200`. When the list gives a digest, the digest tells; without one, the page would be
+written as the PDF and the run would say ok. So an answer labelled HTML (or not labelled) whose
+first bytes are an HTML page (as the WHATWG MIME sniffing standard recognises one, §7.1) is
+refused for a resource listed with another type (`resourcesync.sniff`): a failed transfer,
+retried, the previous copy kept. A server that labels every answer `text/html` (a script that
+never sets its type) still has its PDF taken: its bytes are not an HTML page.
 """
 
 from __future__ import annotations
@@ -58,8 +58,11 @@ def page_check(
 ) -> PageCheck | None:
     """The check for an answer labelled `answered` (its Content-Type) to a resource the list
     gives as `listed`; None when there is nothing to check: the list gives no type, an HTML or
-    an XML one (`sniff.not_a_page`), or the answer is not labelled HTML."""
+    an XML one (`sniff.not_a_page`), or the answer is labelled as something else than HTML (a
+    text file that holds HTML source, served as `text/plain`, is what it says). An answer with
+    no label is looked at, as a browser would."""
     essence = not_a_page(listed)
-    if not essence or media_type(answered) not in HTML_TYPES:
+    label = media_type(answered)
+    if not essence or (label and label not in HTML_TYPES):
         return None
     return PageCheck(uri, essence, write)
