@@ -3,12 +3,18 @@ points 10–12): hand-made Sources shaped like the deployments and spec examples
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from starlette.responses import PlainTextResponse
 
+from resourcesync.destination.discover import discover
+from resourcesync.destination.subscribe import _Applier
+from resourcesync.destination.sync import SyncOptions, sync
+from resourcesync.model import Resource
 from tests.destination.helpers import (
     cli,
     cli_json,
@@ -228,6 +234,93 @@ def test_a_source_whose_history_went_back_is_not_followed_as_if_nothing_changed(
         src.docs["/changelist.xml"] = urlset("changelist", [early], **{"from": AT})
         code, summary = cli_json("sync", b, dest)
         assert code == 0 and _set(summary)["gap"] is None, summary
+
+
+def _restored(src: Any, dest: Path, options: SyncOptions) -> tuple[dict[str, Any], ...]:
+    """A Source that lists `made.txt` (a change after its Resource List) and that the copy
+    follows; the entries to list again: (early, made)."""
+    b = src.base
+    src.files["/a.txt"] = b"a"
+    src.publish([entry(b, "/a.txt", b"a")], at=AT)
+    assert sync(b, dest, options).ok
+    early = entry(b, "/a.txt", b"a", change="updated", datetime="2024-01-01T06:00:00Z")
+    made = entry(b, "/made.txt", b"m", change="created", datetime="2024-01-02T00:00:00Z")
+    src.files["/made.txt"] = b"m"
+    return early, made
+
+
+def test_lists_that_stay_behind_a_cursor_read_from_them_are_a_history_that_changed(
+    tmp_path: Path,
+) -> None:
+    """A Source restored from a backup that has changed nothing since: its lists reach back
+    to the change the copy last applied, read from them, and end before it. No later change
+    gives it away (the copy said ok, holding what the Source no longer has, until the Source
+    changed again). A list served stale by a cache or a replica looks the same for a while,
+    so the copy calls it a changed history once it has lasted `history_grace` (an hour by
+    default): exit 1, nothing applied. Lists that hold the change again start the clock
+    over."""
+    dest = tmp_path / "dest"
+    options = SyncOptions(history_grace=0.3)
+    with hand_source() as src:
+        b = src.base
+        early, made = _restored(src, dest, options)
+        src.docs["/changelist.xml"] = urlset("changelist", [early, made], **{"from": AT})
+        assert sync(b, dest, options).ok and tree(dest)["made.txt"] == b"m"
+        # Restored from its backup of 2024-01-01T12:00: made.txt is gone, and not listed.
+        del src.files["/made.txt"]
+        src.docs["/changelist.xml"] = urlset("changelist", [early], **{"from": AT})
+        for _ in range(2):  # at first, and for less than the grace: a stale list, maybe
+            report = sync(b, dest, options)
+            assert report.ok and report.sets[0].gap is None, report
+        time.sleep(0.4)
+        report = sync(b, dest, options)
+        gap = report.sets[0].gap or ""
+        assert not report.ok and "have not listed the change this copy last applied" in gap
+        assert f"{b}/made.txt" in gap and "restored from a backup?" in gap
+        assert "--baseline" in gap
+        assert tree(dest) == {"a.txt": b"a", "made.txt": b"m"}
+        # The stale list was only that: listed again, ok, and the clock starts over.
+        src.docs["/changelist.xml"] = urlset("changelist", [early, made], **{"from": AT})
+        assert sync(b, dest, options).ok
+        src.docs["/changelist.xml"] = urlset("changelist", [early], **{"from": AT})
+        report = sync(b, dest, options)
+        assert report.ok and report.sets[0].gap is None, report
+
+
+def test_lists_that_lag_a_notification_are_not_held_to_it(tmp_path: Path) -> None:
+    """A cursor moved by a change notification may run ahead of the Source's lists for as
+    long as the Source takes to write them: no changed history however long they lag. Once
+    they hold the change, they are held to it like any cursor read from them."""
+    dest = tmp_path / "dest"
+    options = SyncOptions(history_grace=0.3)
+    with hand_source() as src:
+        b = src.base
+        early, made = _restored(src, dest, options)
+        src.docs["/changelist.xml"] = urlset("changelist", [early], **{"from": AT})
+        info = discover(b)
+        applier = _Applier(info, dest, options)
+        try:
+            pushed = Resource(
+                loc=f"{b}/made.txt",
+                change="created",
+                datetime=datetime(2024, 1, 2, tzinfo=UTC),
+                length=1,
+                hashes={"md5": made["md5"]},
+            )
+            assert applier.apply(info.sets[0], [pushed]).gap is None
+        finally:
+            applier.close()
+        assert tree(dest)["made.txt"] == b"m"
+        for _ in range(2):
+            report = sync(b, dest, options)
+            assert report.ok and report.sets[0].gap is None, report
+            time.sleep(0.4)
+        src.docs["/changelist.xml"] = urlset("changelist", [early, made], **{"from": AT})
+        assert sync(b, dest, options).ok
+        src.docs["/changelist.xml"] = urlset("changelist", [early], **{"from": AT})
+        assert sync(b, dest, options).ok
+        time.sleep(0.4)
+        assert sync(b, dest, options).sets[0].gap is not None
 
 
 def test_an_edit_that_keeps_the_length_is_fetched_from_a_source_without_digests(

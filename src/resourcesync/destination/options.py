@@ -62,6 +62,11 @@ class SyncOptions:
     #: one the copy does not hold (a Source's transaction that committed after a later one
     #: was read, listed in time order behind it); 0: none.
     lookback: float = 600.0
+    #: Seconds the Source's Change Lists may end before a cursor that was read from them
+    #: (not from a notification) before the copy calls it a history that changed (a Source
+    #: restored from a backup that has changed nothing since): a list served stale by a cache
+    #: or a lagging replica looks the same for a while.
+    history_grace: float = 3600.0
     #: Told of every change made to the copy (or, with --dry-run, that would be made).
     on_action: Callable[[Action], None] | None = None
     #: Where the copy's state is kept, given the path of its SQLite file under

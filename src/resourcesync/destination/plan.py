@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
@@ -38,6 +39,10 @@ MAX_PARTS = 100_000
 MAX_DEPTH = 6
 #: Change Lists one incremental run follows, nested ones included.
 _MAX_LISTS = 100_000
+#: State keys (with a set's key): since when the Source's lists have ended before the copy's
+#: cursor, and that the cursor came from a change notification.
+BEHIND = "lists-behind:"
+NOTIFIED = "cursor-notified:"
 #: Local paths claimed in memory before the claims move to their table (a dict lookup is a
 #: twentieth of an SQLite insert; 100,000 claims are about 20 MB).
 CLAIMS_IN_MEMORY = 100_000
@@ -547,14 +552,31 @@ class Planner:
         opts = self.run.options
         lookback = 0.0 if opts.since is not None else opts.lookback
         last = self.changes(entries, plan, report, cursor, lookback)
+        # Lists that reach back to the cursor and end before it. Late lists look so (a
+        # notification runs ahead of them; a cache or a replica serves an older list for a
+        # while); so does a Source restored from a backup that has changed nothing since,
+        # which no later change gives away. Told apart by time: a cursor read from these
+        # lists that they have not held for `history_grace` is a history that changed.
+        since = self._lists_behind(
+            key,
+            behind=bool(cursor.uri) and covered and not listed and not later,
+            from_lists=listed or last != cursor,
+        )
+        if since is not None and time.time() - since > opts.history_grace:
+            report.gap = (
+                f"the Source's Change Lists reach back to {format_w3c(cursor.datetime)} but "
+                f"have not listed the change this copy last applied ({cursor.uri} at that "
+                f"time, read from them) for {_duration(time.time() - since)}: its history "
+                "changed (restored from a backup?), so what the copy applied since may differ "
+                "from the Source (run with --baseline)"
+            )
         if cursor.uri and covered and later and not listed:
             # Every change is listed, once per change (core §12.1): lists that reach back to
             # the change this copy last applied, go on past it, and do not hold it (nor a
             # later change of the same resource) are not the history this copy followed. The
             # Source was restored from a backup, or rewrote its lists: what the copy applied
             # since may be gone or different there, and no change list will say so. Nothing
-            # is applied; a baseline brings the copy to what the Source holds now. (Lists
-            # that end before it may only be late: a notification can run ahead of them.)
+            # is applied; a baseline brings the copy to what the Source holds now.
             report.gap = (
                 f"the Source's Change Lists reach back to {format_w3c(cursor.datetime)} but no "
                 f"longer list the change this copy last applied ({cursor.uri} at that time): "
@@ -563,6 +585,28 @@ class Planner:
             )
             report.changes = report.unchanged = 0  # nothing of the plan is applied
         return last
+
+    def _lists_behind(self, key: str, *, behind: bool, from_lists: bool) -> float | None:
+        """Since when (epoch seconds) the Source's lists have ended before the cursor of set
+        `key` (`behind`: they do now; the first time is remembered, and forgotten once they
+        do not); None when they do not, or when the cursor came from a notification (lists
+        may lag those by design) that the lists have not caught up with (`from_lists`: the
+        cursor is, or moves to, a change read from them)."""
+        state, write = self.run.state, not self.run.options.dry_run
+        notified = state.get(NOTIFIED + key) is not None
+        if notified and from_lists and write:
+            state.drop(NOTIFIED + key)
+            notified = False
+        first = state.get(BEHIND + key)
+        if not behind or notified:
+            if first is not None and write:
+                state.drop(BEHIND + key)
+            return None
+        if first is None:
+            if write:
+                state.put(BEHIND + key, repr(time.time()))
+            return time.time()
+        return float(first)
 
     def entries(self, lists: list[str], report: SetReport) -> Iterator[Resource]:
         def warn(reader: DocumentReader) -> None:
@@ -921,3 +965,12 @@ def _current_changelist(client: Any, doc: Any) -> str | None:
     except ReadError:
         return None
     return None
+
+
+def _duration(seconds: float) -> str:
+    """A span as a person says it: `50 min`, `3.5 h`, `2 days`."""
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"

@@ -44,7 +44,7 @@ from .held import check_held
 from .lock import CopyLock
 from .mirror import Mapping, Mirror
 from .options import Progress, Run, SyncOptions, scoped
-from .plan import Plan, Planner
+from .plan import NOTIFIED, Plan, Planner
 from .report import AuditReport, Problem, SetReport, SyncReport
 from .state import CopyState, Cursor, DestinationState, path_key
 from .transfer import Transfer
@@ -301,6 +301,10 @@ class _Syncer:
         self._seed(plan, key)
         new_cursor = self.planner.changes(entries, plan, report, cursor, self.options.lookback)
         self._carry_out(plan, key, report, new_cursor)
+        if new_cursor != cursor and not self.options.dry_run:
+            # A cursor the Source's lists may not hold yet: they are not held to it until
+            # they do (`Planner._lists_behind`).
+            self.state.put(NOTIFIED + key, "1")
         return report
 
     @staticmethod
