@@ -570,6 +570,7 @@ class Planner:
                 "changed (restored from a backup?), so what the copy applied since may differ "
                 "from the Source (run with --baseline)"
             )
+            report.changes = report.unchanged = 0  # nothing of the plan is applied
         if cursor.uri and covered and later and not listed:
             # Every change is listed, once per change (core §12.1): lists that reach back to
             # the change this copy last applied, go on past it, and do not hold it (nor a
