@@ -279,6 +279,8 @@ def test_lists_that_stay_behind_a_cursor_read_from_them_are_a_history_that_chang
         assert f"{b}/made.txt" in gap and "restored from a backup?" in gap
         assert "--baseline" in gap
         assert tree(dest) == {"a.txt": b"a", "made.txt": b"m"}
+        code, summary = cli_json("sync", b, dest, "--history-grace", "0")
+        assert code == 1 and "restored from a backup?" in (_set(summary)["gap"] or ""), summary
         # The stale list was only that: listed again, ok, and the clock starts over.
         src.docs["/changelist.xml"] = urlset("changelist", [early, made], **{"from": AT})
         assert sync(b, dest, options).ok

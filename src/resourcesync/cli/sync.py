@@ -275,6 +275,7 @@ def _options(**o: Any) -> SyncOptions:
         max_delete=o.get("max_delete"),
         allow_empty=bool(o.get("allow_empty")),
         lookback=o.get("lookback", 600.0),
+        history_grace=o.get("history_grace", 3600.0),
         host_failures=o.get("max_host_failures", 5),
         include=tuple(o.get("include") or ()),
         exclude=tuple(o.get("exclude") or ()),
@@ -574,6 +575,16 @@ class _ProgressDisplay:
     show_default=True,
     help="With --follow: how long to wait for the hub to verify a subscription before "
     "asking again.",
+)
+@click.option(
+    "--history-grace",
+    type=DURATION_OR_ZERO,
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="How long the Source's Change Lists may end before the change the copy last read "
+    "from them (a stale cache, a lagging replica) before that is reported as a history that "
+    "changed (a Source restored from a backup): exit 1, run --baseline. 0: at once.",
 )
 @click.option(
     "--from",

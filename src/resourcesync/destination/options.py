@@ -65,7 +65,7 @@ class SyncOptions:
     #: Seconds the Source's Change Lists may end before a cursor that was read from them
     #: (not from a notification) before the copy calls it a history that changed (a Source
     #: restored from a backup that has changed nothing since): a list served stale by a cache
-    #: or a lagging replica looks the same for a while.
+    #: or a lagging replica looks the same for a while. 0: at once.
     history_grace: float = 3600.0
     #: Told of every change made to the copy (or, with --dry-run, that would be made).
     on_action: Callable[[Action], None] | None = None

@@ -562,7 +562,7 @@ class Planner:
             behind=bool(cursor.uri) and covered and not listed and not later,
             from_lists=listed or last != cursor,
         )
-        if since is not None and time.time() - since > opts.history_grace:
+        if since is not None and time.time() - since >= opts.history_grace:
             report.gap = (
                 f"the Source's Change Lists reach back to {format_w3c(cursor.datetime)} but "
                 f"have not listed the change this copy last applied ({cursor.uri} at that "
