@@ -969,7 +969,9 @@ def _current_changelist(client: Any, doc: Any) -> str | None:
 
 
 def _duration(seconds: float) -> str:
-    """A span as a person says it: `50 min`, `3.5 h`, `2 days`."""
+    """A span as a person says it: `less than a minute`, `50 min`, `3.5 h`, `2 days`."""
+    if seconds < 60:
+        return "less than a minute"
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     if seconds < 172800:
