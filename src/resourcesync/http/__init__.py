@@ -27,6 +27,7 @@ import httpx
 from .. import __version__, rng
 from ..errors import FetchError
 from ..inflate import Inflate, InflateError
+from ..sniff import media_type
 from ..units import ascii_int
 from . import tls
 
@@ -228,8 +229,7 @@ def codings_to_undo(codings: list[str], url: str, content_type: str | None) -> l
     bytes'): kept as it came, as wget's "broken server workaround" keeps it."""
     if len(codings) != 1 or codings[0] not in ("gzip", "x-gzip"):
         return codings
-    media = (content_type or "").partition(";")[0].strip().lower()
-    if media in _GZIP_TYPES or urlsplit(url).path.lower().endswith(_GZIP_NAMES):
+    if media_type(content_type) in _GZIP_TYPES or urlsplit(url).path.lower().endswith(_GZIP_NAMES):
         return []
     return codings
 
