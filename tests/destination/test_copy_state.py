@@ -41,3 +41,34 @@ def test_a_copy_state_kept_elsewhere_carries_the_copy_to_another_machine(tmp_pat
         assert s.fetched == 2
         assert src.resource_gets() == {"/a.txt": 1, "/d.txt": 1}
         assert tree(two) == {**FILES, "a.txt": b"alpha, edited", "d.txt": b"delta"}
+
+
+def test_a_failure_remembers_the_entry_it_was_planned_from(tmp_path: Path) -> None:
+    """What a failed fetch keeps is the entry the next run asks for: length, digests, times,
+    type and links survive the state (JSON); a row kept before times, type and links were
+    (length and digests only) still reads."""
+    from datetime import UTC, datetime
+
+    from resourcesync.destination.state import expected_of, expected_resource
+    from resourcesync.model import Link, Resource
+
+    res = Resource(
+        loc="http://example.org/a.pdf",
+        length=7,
+        hashes={"md5": "0" * 32},
+        lastmod=datetime(2024, 1, 1, tzinfo=UTC),
+        datetime=datetime(2024, 1, 2, 3, 4, 5, 600000, tzinfo=UTC),
+        type="application/pdf",
+        links=[
+            Link(rel="duplicate", href="http://mirror.example.org/a.pdf", pri=1),
+            Link(rel="describedby", href="http://example.org/a.xml", type="application/xml"),
+        ],
+    )
+    state = DestinationState(tmp_path / "state.sqlite")
+    state.fail(res.loc, expected_of(res), "a reason", "set")
+    ((uri, expected, reason),) = state.failures("set")
+    assert (uri, reason) == (res.loc, "a reason")
+    assert expected_resource(uri, expected) == res
+    old = expected_resource(uri, {"length": 7, "hashes": {"md5": "0" * 32}})
+    assert (old.length, old.hashes) == (7, res.hashes)
+    assert (old.lastmod, old.datetime, old.type, old.links) == (None, None, None, [])

@@ -533,6 +533,39 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
     }
 
 
+def test_a_failed_transfer_is_asked_for_again_as_listed(tmp_path: Path) -> None:
+    """A failure is retried by the next run from what the failed run remembered of the entry:
+    its length and digests only. The retry of a PDF refused as a sign-in page had lost the
+    type, so the next run, with nothing changed at the Source, took the page and said ok; and a
+    retry that succeeded recorded the copy without its `<lastmod>` (`audit`: different). Now
+    the entry is remembered whole: the page is refused again, the PDF taken when it comes, and
+    the copy is in sync."""
+    dest = tmp_path / "dest"
+    served = {"body": SIGN_IN}
+
+    async def paper(request: Request) -> Response:
+        html = served["body"] == SIGN_IN
+        return Response(
+            served["body"], headers={"Content-Type": "text/html" if html else "application/pdf"}
+        )
+
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/paper.pdf"] = paper
+        listed = {"loc": f"{b}/paper.pdf", "lastmod": "2024-01-01T00:00:00Z"}
+        src.publish([{**listed, "type": "application/pdf"}])
+        refused = "an HTML page came where the list gives application/pdf"
+        for _ in range(2):  # the first run, then a retry with nothing changed at the Source
+            code, summary = cli_json("sync", b + "/", dest, *FAST)
+            assert code == 1 and any(refused in p for p in problems(summary)), summary
+            assert tree(dest) == {}
+        served["body"] = PDF
+        code, summary = cli_json("sync", b + "/", dest, *FAST)
+        assert code == 0, summary
+        assert tree(dest) == {"paper.pdf": PDF}
+        assert cli("audit", b + "/", dest).exit_code == 0
+
+
 def test_audit_finds_an_html_page_held_for_a_resource_listed_with_another_type(
     tmp_path: Path,
 ) -> None:

@@ -1,5 +1,6 @@
 """What a Source's answer is checked for before it is taken for a resource, beyond the length and
-digests its list gives: an HTML page where the list gives another type.
+digests its list gives: an HTML page where the list gives another type, and a cache's copy
+taken before the change the list gives.
 
 A repository behind a login (Shibboleth, EZproxy, an embargo) answers a request for a PDF with
 `200 OK` and its sign-in page, often after a redirect; a broken one answers with its error page
@@ -9,16 +10,36 @@ first bytes are an HTML page (as the WHATWG MIME sniffing standard recognises on
 refused for a resource listed with another type (`resourcesync.sniff`): a failed transfer,
 retried, the previous copy kept. A server that labels every answer `text/html` (a script that
 never sets its type) still has its PDF taken: its bytes are not an HTML page.
+
+A Source behind a cache (a CDN, Varnish, Squid) changes a file; its Change List says so, and the
+cache still answers the old bytes until its copy expires. Without a digest (or when an edit keeps
+the length) the old bytes would be written, recorded as the listed version and never asked for
+again. An answer that says it comes from a cache (`Age`, RFC 9111 §5.1) taken before the change
+the list gives is asked for once more with `Cache-Control: no-cache` (the cache checks with the
+Source first, §5.2.1.4); a cache that ignores that (many CDNs do) makes it a failed transfer,
+retried by the next run, the previous copy kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
 from ..sniff import HTML_TYPES, WINDOW, looks_like_html, media_type, not_a_page
+from ..units import ascii_int
+from ..w3cdt import format_w3c, parse_http_date
 from .mirror import IntegrityError
 
-__all__ = ["PageCheck", "page_check"]
+__all__ = ["NO_CACHE", "PageCheck", "cached_before", "page_check"]
+
+#: Headers that ask every cache on the way to check with the Source before it answers (HTTP/1.0
+#: caches read `Pragma`).
+NO_CACHE = {"Cache-Control": "no-cache", "Pragma": "no-cache"}
+
+#: Seconds of disagreement allowed between the clocks (ours, the cache's, the Source's) and
+#: the granularity of HTTP dates: a copy taken this close to the change is not called stale.
+CLOCKS = 2.0
 
 
 class PageCheck:
@@ -66,3 +87,36 @@ def page_check(
     if not essence or (label and label not in HTML_TYPES):
         return None
     return PageCheck(uri, essence, write)
+
+
+def cached_before(
+    headers: Mapping[str, str], changed: datetime | None, now: float | None = None
+) -> str | None:
+    """Why an answer is a cache's copy taken before `changed` (the time of the change the list
+    gives for the resource), or None. A cache says how long it has held its copy (`Age`); the
+    copy was taken then, by our clock, and no later than its `Date` (the Source's own clock
+    when the cache kept it, as RFC 9111 has it; the cache's when it writes its own). An `Age`
+    of 0 is a copy fetched from the Source for this answer; a change dated after both clocks'
+    "now" is a Source whose clock runs ahead: not judged."""
+    if changed is None:
+        return None
+    age = ascii_int((headers.get("Age") or "").strip())
+    if not age:
+        return None
+    now = time.time() if now is None else now
+    taken = now - age
+    dated = parse_http_date(headers.get("Date"))
+    date = dated.timestamp() if dated is not None else now
+    taken = min(taken, date)
+    when = changed.timestamp()
+    if taken + CLOCKS >= when or when > max(now, date) + CLOCKS:
+        return None
+    shown = datetime.fromtimestamp(max(int(taken), _FIRST), UTC)
+    return (
+        f"a cache answered with a copy it has held for {age:,} s (taken {format_w3c(shown)}), "
+        f"from before the change the list gives ({format_w3c(changed)})"
+    )
+
+
+#: 0001-01-01T00:00:00Z in seconds: an `Age` of centuries is shown from there.
+_FIRST = -62135596800

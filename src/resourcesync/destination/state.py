@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import ResourceSyncError
-from ..jsonable import link_json
+from ..jsonable import link_from_json, link_json
 from ..model import Link, Resource
 from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
@@ -32,6 +32,8 @@ __all__ = [
     "Cursor",
     "DestinationState",
     "Known",
+    "expected_of",
+    "expected_resource",
     "hashes_column",
     "hashes_of",
     "links_column",
@@ -119,6 +121,38 @@ def keep_links(state: CopyState, known: Known, res: Resource) -> None:
     column = links_column(res.links)
     if links_of(column) != known.links:
         state.set_links(known.uri, res.links)
+
+
+def expected_of(res: Resource) -> dict[str, Any]:
+    """What a failed fetch remembers of the entry it was planned from, so that the next run
+    asks for it as listed: its length and digests, and its times, type and links (a retry that
+    lost them took a sign-in page for the PDF, took a cache's copy from before the change, and
+    recorded the copy without its `<lastmod>`)."""
+    out: dict[str, Any] = {"length": res.length, "hashes": res.hashes}
+    if res.lastmod is not None:
+        out["lastmod"] = format_w3c(res.lastmod)
+    if res.datetime is not None:
+        out["datetime"] = format_w3c(res.datetime)
+    if res.type is not None:
+        out["type"] = res.type
+    if res.links:
+        out["links"] = [link_json(ln) for ln in res.links]
+    return out
+
+
+def expected_resource(uri: str, expected: dict[str, Any]) -> Resource:
+    """The entry `expected_of` remembered (a state written before it kept times, type and
+    links: length and digests only)."""
+    lastmod, when = expected.get("lastmod"), expected.get("datetime")
+    return Resource(
+        loc=uri,
+        length=expected.get("length"),
+        hashes=expected.get("hashes") or {},
+        lastmod=parse_w3c(lastmod) if lastmod else None,
+        datetime=parse_w3c(when) if when else None,
+        type=expected.get("type"),
+        links=[link_from_json(d) for d in expected.get("links") or ()],
+    )
 
 
 def path_key(path: str) -> str:

@@ -46,7 +46,7 @@ from .mirror import Mapping, Mirror
 from .options import Progress, Run, SyncOptions, scoped
 from .plan import NOTIFIED, Plan, Planner
 from .report import AuditReport, Problem, SetReport, SyncReport
-from .state import CopyState, Cursor, DestinationState, path_key
+from .state import CopyState, Cursor, DestinationState, expected_resource, path_key
 from .transfer import Transfer
 
 __all__ = [
@@ -276,13 +276,7 @@ class _Syncer:
             seeded.add(uri)
             if not taken(uri):
                 continue
-            plan.add(
-                uri,
-                "fetch",
-                Resource(
-                    loc=uri, length=expected.get("length"), hashes=expected.get("hashes") or {}
-                ),
-            )
+            plan.add(uri, "fetch", expected_resource(uri, expected))
         for uri in self.state.pending_deletes(key):
             seeded.add(uri)
             if taken(uri):

@@ -19,12 +19,12 @@ from ..errors import ReadError, ResourceSyncError
 from ..http import HttpOptions, Unreachable
 from ..http.transfer import Fetched, TransferSession
 from ..model import Resource
-from .answer import page_check
+from .answer import NO_CACHE, cached_before, page_check
 from .mirror import IntegrityError, Located, UnsafePath
 from .options import Run
 from .plan import Plan, same
 from .report import Action, SetReport
-from .state import keep_links
+from .state import expected_of, keep_links
 
 __all__ = ["Transfer"]
 
@@ -224,8 +224,7 @@ class Transfer:
     ) -> None:
         """A resource of a host given up: failed, to be retried by the next run."""
         report.failed += 1
-        expected = {"length": res.length, "hashes": res.hashes}
-        self.run.state.fail(uri, expected, f"not fetched: {host} could not be reached", key)
+        self.run.state.fail(uri, expected_of(res), f"not fetched: {host} could not be reached", key)
 
     async def _fetch_one(
         self,
@@ -251,7 +250,6 @@ class Transfer:
         if not retry:
             http = dataclasses.replace(http, retry=dataclasses.replace(http.retry, retries=0))
         unreachable = False
-        expected = {"length": res.length, "hashes": res.hashes}
         # "No Content" is the whole of a resource the list says is empty (and only of one).
         empty = res.length == 0
         last_error = ""
@@ -259,12 +257,14 @@ class Transfer:
             # Before any request: what cannot be written is not asked for.
             at = mirror.locate(uri)
         except UnsafePath as exc:
-            self._refused(uri, exc, expected, key, report)
+            self._refused(uri, exc, res, key, report)
             return False
         for attempt in (1, 2):
             if slot is not None:
                 await slot.hold()
-            headers: dict[str, str] = {}
+            # A second request asks the caches on the way to check with the Source: the first
+            # answer may have been a cache's old copy (a digest or length that did not match).
+            headers: dict[str, str] = {} if attempt == 1 else dict(NO_CACHE)
             known = state.known(uri) if held is not False else None
             if known is not None and attempt == 1 and (mirror.dest / known.path).is_file():
                 if known.etag:
@@ -275,6 +275,13 @@ class Transfer:
                 async with client.open(
                     uri, headers=headers, accept=_ACCEPT_EMPTY if empty else _ACCEPT, options=http
                 ) as response:
+                    stale = cached_before(response.headers, res.change_time)
+                    if stale is not None:
+                        # A cache's copy (or its "not modified") from before the change the
+                        # list gives: asked again past the cache; a cache that answers so
+                        # again fails the transfer (the next run asks again).
+                        last_error = f"{stale}: not taken (retried by the next run)"
+                        continue
                     if response.status_code == 304:
                         # Not modified at the Source; trusted only if our copy is still what
                         # we wrote (and, when the list gives digests, what it describes).
@@ -322,7 +329,7 @@ class Transfer:
                     )
                     return False
             except UnsafePath as exc:
-                self._refused(uri, exc, expected, key, report)
+                self._refused(uri, exc, res, key, report)
                 return False
             except IntegrityError as exc:
                 last_error = exc.message
@@ -338,15 +345,15 @@ class Transfer:
             return False
         report.failed += 1
         report.problem(uri, last_error)
-        state.fail(uri, expected, last_error, key)
+        state.fail(uri, expected_of(res), last_error, key)
         return unreachable
 
     def _refused(
-        self, uri: str, exc: UnsafePath, expected: dict[str, Any], key: str, report: SetReport
+        self, uri: str, exc: UnsafePath, res: Resource, key: str, report: SetReport
     ) -> None:
         report.refuse(uri, exc)
         # Kept as a failure: every run says so until it can be taken (a --map).
-        self.run.state.fail(uri, expected, f"refused: {exc.message}", key)
+        self.run.state.fail(uri, expected_of(res), f"refused: {exc.message}", key)
 
     async def _receive(
         self,
@@ -602,8 +609,7 @@ class Transfer:
         if self.run.options.dry_run:
             return
         for uri, res in plan.rows("refused"):
-            expected = {"length": res.length, "hashes": res.hashes}
-            self.run.state.fail(uri, expected, "refused", key)
+            self.run.state.fail(uri, expected_of(res), "refused", key)
         for uri, _ in plan.rows("gone"):
             self.run.state.forget(uri)  # a refused URI the Source has deleted since
 

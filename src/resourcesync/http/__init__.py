@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import email.utils
 import importlib.util
 import logging
 import ssl
@@ -29,6 +28,7 @@ from ..errors import FetchError
 from ..inflate import Inflate, InflateError
 from ..sniff import media_type
 from ..units import ascii_int
+from ..w3cdt import parse_http_date
 from . import tls
 
 __all__ = [
@@ -584,12 +584,9 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     seconds = ascii_int(value)
     if seconds is not None:
         return float(seconds)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    when = parse_http_date(value)
+    if when is None:
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import hashlib
 import html
 import os
@@ -55,7 +54,7 @@ from ..http import HttpOptions, RetryPolicy, make_async_client, not_whole
 from ..model import Capability, Change, Document, Link, Resource
 from ..sitemap import write_document
 from ..units import ascii_int
-from ..w3cdt import format_w3c
+from ..w3cdt import format_w3c, parse_http_date
 from .codec import LirsWarning, LirsWriter, Record, detect_encoding, is_lirs_url, open_lirs
 from .convert import LIRS_NS, record_to_resource
 from .merge import RecordTable, url_key
@@ -184,14 +183,9 @@ def _py_codec(encoding: str) -> str:
 
 
 def _http_date(value: str | None, now: int) -> int | None:
-    if not value:
+    when = parse_http_date(value)
+    if when is None:
         return None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
     seconds = int(when.timestamp())
     if seconds <= 0:
         return None

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from email.utils import formatdate, parsedate_to_datetime
+from email.utils import formatdate
 from pathlib import Path
 from secrets import token_hex
 from typing import TYPE_CHECKING, Any, Protocol
@@ -60,7 +60,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..iri import display_iri
 from ..units import ascii_int
-from ..w3cdt import parse_w3c
+from ..w3cdt import parse_http_date, parse_w3c
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, STATE_DIR, PublishConfig
 from .inventory import guess_type
 
@@ -436,10 +436,8 @@ def _etags(value: str) -> list[str]:
 
 
 def _http_date(value: str) -> float | None:
-    try:
-        return parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError, IndexError):
-        return None
+    when = parse_http_date(value)
+    return None if when is None else when.timestamp()
 
 
 def parse_ranges(value: str, size: int) -> list[tuple[int, int]] | None:
