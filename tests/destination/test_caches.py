@@ -13,7 +13,9 @@ and the Source's own `Date` (RFC 9111 §4, §5.1), answers a conditional request
 from __future__ import annotations
 
 import contextlib
+import io
 import time
+import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from email.utils import formatdate
@@ -25,7 +27,7 @@ import pytest
 
 from resourcesync.destination.answer import cached_before
 from resourcesync.w3cdt import format_w3c, parse_http_date
-from tests.destination.helpers import cli, cli_json, hand_source, set_report, tree, urlset
+from tests.destination.helpers import cli, cli_json, hand_source, md5, set_report, tree, urlset
 from tests.servers import serve
 
 
@@ -283,3 +285,69 @@ def test_http_dates() -> None:
     assert parse_http_date("Sun, 06 Nov 1994 17:49:37 +0900") == want
     for bad in (None, "", "yesterday", "Sun, 99 Nov 1994 08:49:37 GMT", "0"):
         assert parse_http_date(bad) is None, bad
+
+
+def _package(base: str, files: dict[str, bytes], at: float) -> bytes:
+    """A Resource Dump package: its manifest and `files`."""
+    manifest = urlset(
+        "resourcedump-manifest",
+        [
+            {"loc": f"{base}/{rel}", "length": len(body), "md5": md5(body), "path": f"/{rel}"}
+            for rel, body in files.items()
+        ],
+        at=_w3c(at),
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("manifest.xml", manifest)
+        for rel, body in files.items():
+            z.writestr(rel, body)
+    return out.getvalue()
+
+
+def _dump(src: Any, files: dict[str, bytes], at: float) -> None:
+    """A Source with a Resource Dump only, whose one package keeps its URL from dump to dump
+    (and the dump gives neither its length nor its digest)."""
+    b = src.base
+    src.docs["/.well-known/resourcesync"] = urlset(
+        "description", [{"loc": f"{b}/capabilitylist.xml", "capability": "capabilitylist"}]
+    )
+    src.docs["/capabilitylist.xml"] = urlset(
+        "capabilitylist", [{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}]
+    )
+    src.docs["/resourcedump.xml"] = urlset(
+        "resourcedump", [{"loc": f"{b}/dump/part1.zip", "type": "application/zip"}], at=_w3c(at)
+    )
+    src.files["/dump/part1.zip"] = _package(b, files, at)
+
+
+@pytest.mark.parametrize("honours_no_cache", [True, False])
+def test_a_cached_dump_package_from_before_the_dump_is_not_applied(
+    tmp_path: Path, honours_no_cache: bool
+) -> None:
+    """A Source followed through its Resource Dump, whose package keeps its URL: a cache's copy
+    of the package taken before the dump's `at` is the previous dump's (it was applied, and the
+    run said ok over the old bytes). Asked again with `no-cache`; a cache that answers its old
+    copy again makes the run fail, the copy as it was."""
+    dest = tmp_path / "dest"
+    with behind_a_cache(honours_no_cache=honours_no_cache) as (src, cache):
+        now = time.time()
+        _dump(src, {"a.txt": b"a-v1", "b.txt": b"b-v1"}, now - 7200)
+        assert cli("sync", src.base, dest).exit_code == 0
+        assert tree(dest) == {"a.txt": b"a-v1", "b.txt": b"b-v1"}
+        cache.age(3600)
+        _dump(src, {"a.txt": b"a-v2", "b.txt": b"b-v1"}, now - 600)
+        result = cli("sync", src.base, dest)
+        if honours_no_cache:
+            assert result.exit_code == 0, result.stderr
+            assert tree(dest) == {"a.txt": b"a-v2", "b.txt": b"b-v1"}
+        else:
+            # As a package that does not match the dump: the run stops, nothing applied.
+            assert result.exit_code == 2, result.stderr
+            said = result.stderr
+            assert "part1.zip: a cache answered with a copy it has held for 3,600 s" in said
+            assert "from before the time the dump gives for the package" in said
+            assert tree(dest) == {"a.txt": b"a-v1", "b.txt": b"b-v1"}
+            cache.store.clear()
+            assert cli("sync", src.base, dest).exit_code == 0
+            assert tree(dest) == {"a.txt": b"a-v2", "b.txt": b"b-v1"}

@@ -90,14 +90,17 @@ def page_check(
 
 
 def cached_before(
-    headers: Mapping[str, str], changed: datetime | None, now: float | None = None
+    headers: Mapping[str, str],
+    changed: datetime | None,
+    now: float | None = None,
+    what: str = "the change the list gives",
 ) -> str | None:
     """Why an answer is a cache's copy taken before `changed` (the time of the change the list
-    gives for the resource), or None. A cache says how long it has held its copy (`Age`); the
-    copy was taken then, by our clock, and no later than its `Date` (the Source's own clock
-    when the cache kept it, as RFC 9111 has it; the cache's when it writes its own). An `Age`
-    of 0 is a copy fetched from the Source for this answer; a change dated after both clocks'
-    "now" is a Source whose clock runs ahead: not judged."""
+    gives for the resource, or `what` else), or None. A cache says how long it has held its
+    copy (`Age`); the copy was taken then, by our clock, and no later than its `Date` (the
+    Source's own clock when the cache kept it, as RFC 9111 has it; the cache's when it writes
+    its own). An `Age` of 0 is a copy fetched from the Source for this answer; a change dated
+    after both clocks' "now" is a Source whose clock runs ahead: not judged."""
     if changed is None:
         return None
     age = ascii_int((headers.get("Age") or "").strip())
@@ -114,7 +117,7 @@ def cached_before(
     shown = datetime.fromtimestamp(max(int(taken), _FIRST), UTC)
     return (
         f"a cache answered with a copy it has held for {age:,} s (taken {format_w3c(shown)}), "
-        f"from before the change the list gives ({format_w3c(changed)})"
+        f"from before {what} ({format_w3c(changed)})"
     )
 
 

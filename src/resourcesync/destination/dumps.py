@@ -31,6 +31,7 @@ from ..model import Change, Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..w3cdt import format_w3c
+from .answer import NO_CACHE, cached_before
 from .discover import SetInfo
 from .mirror import UnsafePath, Written
 from .options import Run
@@ -69,6 +70,8 @@ def _resource_packages(client: Any, url: str) -> tuple[list[Resource], datetime 
             at = doc.at or doc.completed
         for _, entry in visit.entries():
             if not doc.index:
+                if entry.at is None:
+                    entry.at = at  # its contents as of the dump's `at`, unless it says
                 packages.append(entry)
     return packages, at
 
@@ -471,18 +474,30 @@ async def _download(run: Run, package: Resource, target: Path) -> None:
 async def _download_with(
     http: HttpOptions, bandwidth: Bandwidth | None, package: Resource, target: Path
 ) -> None:
-    async with (
-        TransferSession(http) as client,
-        client.open(package.loc, declared=package.length) as response,
-    ):
-        size = 0
-        algos = [a for a in package.hashes if a in ALGORITHMS]
-        hasher = MultiHasher(algos[:1])
-        with open(target, "wb") as f:
-            async for chunk in response.body(bandwidth):
-                size += len(chunk)
-                hasher.update(chunk)
-                f.write(chunk)
+    # What the package holds is as of this time (a closed Change Dump package's last change, a
+    # Resource Dump package's `at`): a cache's copy taken before it is another package's.
+    current = package.until or package.at or package.change_time or package.from_
+    async with TransferSession(http) as client:
+        for headers in ({}, NO_CACHE):
+            async with client.open(
+                package.loc, declared=package.length, headers=headers
+            ) as response:
+                stale = cached_before(
+                    response.headers, current, what="the time the dump gives for the package"
+                )
+                if stale is not None:
+                    continue  # asked once more past the caches
+                size = 0
+                algos = [a for a in package.hashes if a in ALGORITHMS]
+                hasher = MultiHasher(algos[:1])
+                with open(target, "wb") as f:
+                    async for chunk in response.body(bandwidth):
+                        size += len(chunk)
+                        hasher.update(chunk)
+                        f.write(chunk)
+                break
+        else:
+            raise ReadError(f"{stale}: not used", source=package.loc)
     if package.length is not None and size != package.length:
         raise ReadError(
             f"package is {size} bytes, the dump says {package.length}",
