@@ -606,10 +606,10 @@ def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file
 ) -> None:
     """A server that labels a `.gz` file's compression as a content coding (Apache's
     `AddEncoding x-gzip .gz`): the body is the file the Source lists, kept as it came — by
-    its name (`.gz`, `.tgz`) or by its media type — as wget's "broken server workaround"
-    keeps it. Before, the uncompressed bytes were written under the `.gz` name (and the run
-    said ok when the list gave no digest; with one, every run failed). A coded body that is
-    not a gzip file is still decoded."""
+    its name (`.gz`, `.tgz`, `.svgz`, `.emz`, `.wmz`) or by its media type — as wget's
+    "broken server workaround" keeps it. Before, the uncompressed bytes were written under
+    the `.gz` name (and the run said ok when the list gave no digest; with one, every run
+    failed). A coded body that is not a gzip file is still decoded."""
     table = b"".join(b"%d,row %d\n" % (i, i) for i in range(2000))
     packed = gzip.compress(table)
 
@@ -627,6 +627,8 @@ def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file
         src.handlers["/listed.csv.gz"] = served("text/csv")
         src.handlers["/table.csv"] = served("text/csv", "gzip")
         src.handlers["/drawing.svgz"] = served("image/svg+xml", "gzip")
+        src.handlers["/figure.emz"] = served("image/x-emf", "gzip")
+        src.handlers["/figure.WMZ"] = served("application/x-msmetafile", "gzip")
         src.publish(
             [
                 {"loc": f"{b}/table.csv.gz"},
@@ -635,6 +637,8 @@ def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file
                 entry(b, "/listed.csv.gz", packed),
                 {"loc": f"{b}/table.csv"},
                 {"loc": f"{b}/drawing.svgz"},
+                {"loc": f"{b}/figure.emz"},
+                {"loc": f"{b}/figure.WMZ"},
             ]
         )
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
@@ -646,6 +650,8 @@ def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file
         "listed.csv.gz": packed,
         "table.csv": table,
         "drawing.svgz": packed,
+        "figure.emz": packed,
+        "figure.WMZ": packed,
     }
 
 

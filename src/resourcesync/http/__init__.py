@@ -215,18 +215,20 @@ def content_codings(values: Iterable[str]) -> list[str]:
     return [c for c in codings if c and c != "identity"]
 
 
-#: What a gzip file is served as, by its media type or its name (`.svgz`: compressed SVG,
-#: which servers are configured to serve with `Content-Encoding: gzip`).
+#: What a gzip file is served as, by its media type or its name: `.svgz`, `.emz` and `.wmz`
+#: are compressed SVG, EMF and WMF drawings, which servers are configured to serve with
+#: `Content-Encoding: gzip` (Apache's documentation for `.svgz`, IIS's static types for the
+#: Office ones), as Apache's `AddEncoding x-gzip .gz .tgz` does for every gzip file.
 _GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip", "application/x-gunzip"})
-_GZIP_NAMES = (".gz", ".tgz", ".svgz")
+_GZIP_NAMES = (".gz", ".tgz", ".svgz", ".emz", ".wmz")
 
 
 def codings_to_undo(codings: list[str], url: str, content_type: str | None) -> list[str]:
     """The content codings of a response to undo: all of them, but for a gzip file that the
-    server labels with its own compression (`Content-Encoding: gzip` on a `.gz`, `.tgz` or
-    `.svgz` name, or on a gzip media type: Apache's `AddEncoding x-gzip .gz`). That body is
-    the file itself, as the Source lists it (its length and digest are the compressed
-    bytes'): kept as it came, as wget's "broken server workaround" keeps it."""
+    server labels with its own compression (`Content-Encoding: gzip` on a `.gz`, `.tgz`,
+    `.svgz`, `.emz` or `.wmz` name, or on a gzip media type: Apache's `AddEncoding x-gzip
+    .gz`). That body is the file itself, as the Source lists it (its length and digest are
+    the compressed bytes'): kept as it came, as wget's "broken server workaround" keeps it."""
     if len(codings) != 1 or codings[0] not in ("gzip", "x-gzip"):
         return codings
     if media_type(content_type) in _GZIP_TYPES or urlsplit(url).path.lower().endswith(_GZIP_NAMES):
