@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,7 @@ def test_add_list_remove(tmp_path: Path) -> None:
         (["http://x/", "--name", "a", "--every", "soon"], "not a duration"),
         (["http://x/", "--name", "a", "--every", "0"], "a duration must be positive"),
         (["http://x/", "--name", "a", "--lookback", "-1m"], "not a duration"),
+        (["http://x/", "--name", "a", "--history-grace", "soon"], "not a duration"),
         (["http://x/", "--name", "a", "--header", "nocolon"], "a header is 'Name: value'"),
     ],
 )
@@ -58,7 +60,7 @@ def test_import_toml_and_csv_all_or_nothing(tmp_path: Path) -> None:
         '[[source]]\nname = "t1"\nsource = "http://127.0.0.2:1/"\nevery = "1d"\n'
         'headers = {Authorization = "Bearer x"}\n\n'
         '[[source]]\nname = "t2"\nsource = "http://127.0.0.2:2/"\nvia = "dumps"\n'
-        'lookback = "2h"\n'
+        'lookback = "2h"\nhistory_grace = "0"\n'
     )
     assert cli("fleet", "import", toml, "--root", tmp_path).exit_code == 0
     store = open_store(tmp_path)
@@ -68,8 +70,9 @@ def test_import_toml_and_csv_all_or_nothing(tmp_path: Path) -> None:
         and t1.entry.every == 86400
         and t1.entry.headers == {"Authorization": "Bearer x"}
         and t1.entry.lookback == 600
+        and t1.entry.history_grace == 3600
     )
-    assert t2 is not None and t2.entry.lookback == 7200
+    assert t2 is not None and (t2.entry.lookback, t2.entry.history_grace) == (7200, 0)
     store.close()
 
     bad = tmp_path / "list.csv"
@@ -185,6 +188,7 @@ def test_a_store_of_the_first_schema_gains_the_new_columns(tmp_path: Path) -> No
     row, old = store.get("a"), store.get("old")
     assert row is not None and row.entry.follow
     assert old is not None and (old.entry.lookback, old.entry.allow_empty) == (600, False)
+    assert old.entry.history_grace == 3600
     store.close()
 
 
@@ -275,17 +279,38 @@ def test_a_root_without_a_fleet_is_an_error_never_an_empty_fleet(
 def test_a_sources_lookback_reaches_its_syncs(tmp_path: Path) -> None:
     """`fleet add --lookback` (CSV/TOML `lookback`): its syncs look that far behind the copy's
     cursor for a change listed late, as `sync --lookback`; 10 minutes unless told."""
-    from resourcesync.fleet.job import _options
-
     add = ("fleet", "add", "http://127.0.0.2:1/", "--root", tmp_path)
     assert cli(*add, "--name", "a", "--lookback", "0").exit_code == 0
     assert cli(*add, "--name", "b", "--lookback", "1h30m").exit_code == 0
     assert cli(*add, "--name", "c").exit_code == 0
-    store = open_store(tmp_path)
+    got = {name: o.lookback for name, o in _sync_options(tmp_path, "abc").items()}
+    assert got == {"a": 0.0, "b": 5400.0, "c": 600.0}
+
+
+def _sync_options(root: Path, names: str) -> dict[str, Any]:
+    """The options each of `names` (one letter each) has its syncs run with."""
+    from resourcesync.fleet.job import _options
+
+    store = open_store(root)
     got = {}
-    for name in "abc":
+    for name in names:
         row = store.get(name)
         assert row is not None
-        got[name] = _options(row.entry, 4, 30.0, 3, baseline=False).lookback
+        got[name] = _options(row.entry, 4, 30.0, 3, baseline=False)
     store.close()
-    assert got == {"a": 0.0, "b": 5400.0, "c": 600.0}
+    return got
+
+
+def test_a_sources_history_grace_reaches_its_syncs(tmp_path: Path) -> None:
+    """`fleet add --history-grace` (CSV/TOML `history_grace`): as `sync --history-grace` for its
+    syncs; an hour unless told. `--replace` changes it."""
+    add = ("fleet", "add", "http://127.0.0.2:1/", "--root", tmp_path)
+    assert cli(*add, "--name", "a", "--history-grace", "0").exit_code == 0
+    assert cli(*add, "--name", "b", "--history-grace", "6h").exit_code == 0
+    assert cli(*add, "--name", "c").exit_code == 0
+    csv = tmp_path / "more.csv"
+    csv.write_text("name,source,history_grace\nd,http://127.0.0.2:4/,30m\ne,http://127.0.0.2:5/,\n")
+    assert cli("fleet", "import", csv, "--root", tmp_path).exit_code == 0
+    assert cli(*add, "--name", "b", "--history-grace", "2h", "--replace").exit_code == 0
+    got = {name: o.history_grace for name, o in _sync_options(tmp_path, "abcde").items()}
+    assert got == {"a": 0.0, "b": 7200.0, "c": 3600.0, "d": 1800.0, "e": 3600.0}

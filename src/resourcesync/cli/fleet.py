@@ -98,6 +98,15 @@ def fleet() -> None:
     "--lookback (0 for none).",
 )
 @click.option(
+    "--history-grace",
+    type=DURATION_OR_ZERO,
+    default="1h",
+    show_default=True,
+    help="How long its Change Lists may end before the change its copy last read from them "
+    "before that is a changed history (a Source restored from a backup), as sync "
+    "--history-grace (0: at once).",
+)
+@click.option(
     "--follow",
     is_flag=True,
     help="Subscribe to its change notifications: each one makes it due at once (fleet run).",
@@ -121,6 +130,7 @@ def add(
     max_delete: int | None,
     allow_empty: bool,
     lookback: float,
+    history_grace: float,
     follow: bool,
     header: tuple[str, ...],
     replace: bool,
@@ -151,6 +161,7 @@ def add(
             max_delete=max_delete,
             allow_empty=allow_empty,
             lookback=lookback,
+            history_grace=history_grace,
         )
         entry.check()
     except ValueError as exc:

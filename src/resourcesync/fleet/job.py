@@ -50,6 +50,7 @@ def _options(
         max_delete=entry.max_delete,
         allow_empty=entry.allow_empty,
         lookback=entry.lookback,
+        history_grace=entry.history_grace,
         via=entry.via,
         baseline=baseline,
         per_host=requests,

@@ -22,6 +22,7 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 VIAS = ("auto", "lists", "dumps")
 DEFAULT_EVERY = 3600.0
 DEFAULT_LOOKBACK = 600.0
+DEFAULT_HISTORY_GRACE = 3600.0
 
 
 class FleetError(ResourceSyncError):
@@ -67,6 +68,10 @@ class Entry:
     #: Seconds behind the copy's cursor a sync looks at the changes listed there for one the
     #: copy lacks — as `sync --lookback`.
     lookback: float = DEFAULT_LOOKBACK
+    #: Seconds the Source's Change Lists may end before the change its copy last read from
+    #: them before that is a changed history (a Source restored from a backup) — as
+    #: `sync --history-grace`.
+    history_grace: float = DEFAULT_HISTORY_GRACE
 
     def check(self) -> None:
         """Raise ValueError naming what is wrong with this entry."""
@@ -90,6 +95,8 @@ class Entry:
             raise ValueError(f"{self.name}: max_delete must be 0 or more")
         if self.lookback < 0:
             raise ValueError(f"{self.name}: lookback must be 0 or more")
+        if self.history_grace < 0:
+            raise ValueError(f"{self.name}: history_grace must be 0 or more")
 
     @property
     def host(self) -> str:
@@ -121,7 +128,7 @@ def _count(raw: Mapping[str, Any], key: str) -> int | None:
 
 def _entry(raw: Mapping[str, Any]) -> Entry:
     known = {"name", "source", "dest", "every", "via", "delete", "follow", "headers", "header"}
-    known |= {"max_delete", "allow_empty", "lookback"}
+    known |= {"max_delete", "allow_empty", "lookback", "history_grace"}
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
@@ -137,7 +144,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         headers = dict(parse_header(h) for h in given.split(" | "))
     elif isinstance(given, list):
         headers = dict(parse_header(str(h)) for h in given)
-    every, lookback = raw.get("every"), raw.get("lookback")
+    every, lookback, grace = raw.get("every"), raw.get("lookback"), raw.get("history_grace")
     entry = Entry(
         name=raw["name"].strip(),
         source=raw["source"].strip(),
@@ -152,6 +159,9 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         lookback=(
             units.parse_duration(str(lookback)) if lookback not in (None, "") else DEFAULT_LOOKBACK
         ),
+        history_grace=(
+            units.parse_duration(str(grace)) if grace not in (None, "") else DEFAULT_HISTORY_GRACE
+        ),
     )
     entry.check()
     return entry
@@ -160,8 +170,8 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
 def read_entries(path: Path) -> Iterator[Entry]:
     """The entries of a TOML (`[[source]]` tables) or CSV (a header row naming the columns:
     name, source, and optionally dest, every, via, delete, max_delete, allow_empty, lookback,
-    follow, header) file. Bad input raises a FleetError naming the file and line (CSV) or entry
-    (TOML)."""
+    history_grace, follow, header) file. Bad input raises a FleetError naming the file and line
+    (CSV) or entry (TOML)."""
     try:
         if path.suffix.lower() == ".toml":
             with path.open("rb") as f:

@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS fleet_source (
   woken DOUBLE PRECISION,
   max_delete INTEGER,
   allow_empty INTEGER NOT NULL DEFAULT 0,
-  lookback DOUBLE PRECISION NOT NULL DEFAULT 600
+  lookback DOUBLE PRECISION NOT NULL DEFAULT 600,
+  history_grace DOUBLE PRECISION NOT NULL DEFAULT 3600
 );
 CREATE INDEX IF NOT EXISTS fleet_source_next_run ON fleet_source (next_run);
 CREATE TABLE IF NOT EXISTS fleet_meta (
@@ -67,12 +68,13 @@ ADDED = (
     ("max_delete", "INTEGER"),
     ("allow_empty", "INTEGER NOT NULL DEFAULT 0"),
     ("lookback", "DOUBLE PRECISION NOT NULL DEFAULT 600"),
+    ("history_grace", "DOUBLE PRECISION NOT NULL DEFAULT 3600"),
 )
 
 _COLUMNS = (
     "name, source, dest, every, via, apply_delete, headers, added, next_run, last_run, seconds, "
     "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket, follow, "
-    "woken, max_delete, allow_empty, lookback"
+    "woken, max_delete, allow_empty, lookback, history_grace"
 )
 
 
@@ -129,6 +131,7 @@ def _row(r: Sequence[Any]) -> Row:
         max_delete=r[23],
         allow_empty=bool(r[24]),
         lookback=r[25],
+        history_grace=r[26],
     )
     return Row(
         entry=entry,
@@ -251,6 +254,7 @@ class SQLStore:
                     e.max_delete,
                     int(e.allow_empty),
                     e.lookback,
+                    e.history_grace,
                 )
                 exists = self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (e.name,))
                 if exists and not replace:
@@ -259,14 +263,14 @@ class SQLStore:
                     self._execute(
                         "UPDATE fleet_source SET source = ?, dest = ?, every = ?, via = ?, "
                         "apply_delete = ?, headers = ?, follow = ?, max_delete = ?, "
-                        "allow_empty = ?, lookback = ? WHERE name = ?",
+                        "allow_empty = ?, lookback = ?, history_grace = ? WHERE name = ?",
                         (*values, e.name),
                     )
                 else:
                     self._execute(
                         "INSERT INTO fleet_source (name, source, dest, every, via, apply_delete,"
-                        " headers, follow, max_delete, allow_empty, lookback, added, next_run)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " headers, follow, max_delete, allow_empty, lookback, history_grace,"
+                        " added, next_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (e.name, *values, now, now),
                     )
                 n += 1
