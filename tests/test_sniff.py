@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from resourcesync.sniff import looks_like_html, media_type, not_a_page
+from resourcesync.sniff import looks_like_html, media_type, not_a_page, not_a_page_for
 
 
 @pytest.mark.parametrize(
@@ -80,3 +80,30 @@ def test_media_type_essence(value: str | None, essence: str) -> None:
 )
 def test_the_types_an_html_page_cannot_be(listed: str | None, refused: str) -> None:
     assert not_a_page(listed) == refused
+
+
+@pytest.mark.parametrize(
+    ("listed", "uri", "refused"),
+    [
+        # The list's type when it gives one, whatever the name says.
+        ("application/pdf", "http://x/a", ("application/pdf", "the list gives")),
+        ("text/html", "http://x/a.pdf", ("", "")),
+        ("application/xml", "http://x/a.pdf", ("", "")),
+        # No type: the name's, when it is a format an HTML page cannot be.
+        (None, "http://x/paper.pdf", ("application/pdf", "its name says")),
+        ("", "http://x/bitstream/1/Paper.PDF?sequence=1", ("application/pdf", "its name says")),
+        (None, "http://x/data/table.csv#row=2", ("text/csv", "its name says")),
+        (None, "http://x/scan.tiff", ("image/tiff", "its name says")),
+        (None, "http://x/a", ("", "")),
+        (None, "http://x/dir/", ("", "")),
+        (None, "http://x/page.html", ("", "")),
+        (None, "http://x/view.php?file=a.pdf", ("", "")),
+        (None, "http://x/record.xml", ("", "")),
+        (None, "http://x/v1.2/", ("", "")),
+        (None, "http://x/archive.unknownext", ("", "")),
+    ],
+)
+def test_the_types_an_html_page_cannot_be_for_a_resource(
+    listed: str | None, uri: str, refused: tuple[str, str]
+) -> None:
+    assert not_a_page_for(listed, uri) == refused

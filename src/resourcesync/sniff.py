@@ -6,7 +6,15 @@ element (XHTML). Ground floor: imports nothing of ours.
 
 from __future__ import annotations
 
-__all__ = ["HTML_TYPES", "WINDOW", "looks_like_html", "media_type", "not_a_page"]
+__all__ = [
+    "HTML_TYPES",
+    "WINDOW",
+    "looks_like_html",
+    "media_type",
+    "named_type",
+    "not_a_page",
+    "not_a_page_for",
+]
 
 #: The media types of an HTML page.
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
@@ -59,6 +67,81 @@ def not_a_page(listed: str | None) -> str:
     if essence.endswith("+xml"):
         return ""
     return essence
+
+
+#: The formats a resource's name says it is and an HTML page cannot be: documents, images,
+#: sound, video, archives and data files (a fixed table, not the system's `mime.types`, so
+#: every machine judges alike). Names of pages and of scripts that make pages (`.html`,
+#: `.php`, `.asp`, `.jsp`, `.cgi` …) are not in it, nor XML.
+_NAMED = {
+    "pdf": "application/pdf",
+    "ps": "application/postscript",
+    "eps": "application/postscript",
+    "rtf": "application/rtf",
+    "epub": "application/epub+zip",
+    "doc": "application/msword",
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "xls": "application/vnd.ms-excel",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "ppt": "application/vnd.ms-powerpoint",
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "odt": "application/vnd.oasis.opendocument.text",
+    "ods": "application/vnd.oasis.opendocument.spreadsheet",
+    "odp": "application/vnd.oasis.opendocument.presentation",
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "gif": "image/gif",
+    "tif": "image/tiff",
+    "tiff": "image/tiff",
+    "webp": "image/webp",
+    "bmp": "image/bmp",
+    "jp2": "image/jp2",
+    "djvu": "image/vnd.djvu",
+    "mp3": "audio/mpeg",
+    "wav": "audio/wav",
+    "flac": "audio/flac",
+    "ogg": "audio/ogg",
+    "mp4": "video/mp4",
+    "mov": "video/quicktime",
+    "avi": "video/x-msvideo",
+    "webm": "video/webm",
+    "mkv": "video/x-matroska",
+    "zip": "application/zip",
+    "gz": "application/gzip",
+    "tgz": "application/gzip",
+    "bz2": "application/x-bzip2",
+    "xz": "application/x-xz",
+    "7z": "application/x-7z-compressed",
+    "tar": "application/x-tar",
+    "warc": "application/warc",
+    "csv": "text/csv",
+    "tsv": "text/tab-separated-values",
+    "json": "application/json",
+    "txt": "text/plain",
+}
+
+
+def not_a_page_for(listed: str | None, uri: str) -> tuple[str, str]:
+    """(the type an HTML page cannot be, who says so) for a resource the list gives as `listed`
+    at `uri`: the list's type when it gives one (`not_a_page`: none for an HTML or XML type),
+    else the type its name says (`named_type`); ("", "") when nothing rules a page out."""
+    if media_type(listed):
+        essence = not_a_page(listed)
+        return (essence, "the list gives") if essence else ("", "")
+    named = named_type(uri)
+    return (named, "its name says") if named else ("", "")
+
+
+def named_type(uri: str) -> str:
+    """The media type the last segment of `uri`'s path names by its extension (`…/paper.pdf`,
+    `…/file.PDF?sequence=1` → `application/pdf`) when that is a format an HTML page cannot be;
+    "" otherwise (no extension, a page's or a script's, XML, or one not in the table)."""
+    path = uri.split("#", 1)[0].split("?", 1)[0]
+    name = path.rsplit("/", 1)[-1]
+    if "." not in name:
+        return ""
+    return _NAMED.get(name.rsplit(".", 1)[1].lower(), "")
 
 
 def looks_like_html(head: bytes) -> bool:

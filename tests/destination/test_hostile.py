@@ -499,6 +499,8 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
         src.handlers["/export.xml"] = page(XHTML_ERROR)
         src.handlers["/unlabelled.pdf"] = unlabelled
         src.handlers["/sign-in.txt"] = source_code
+        src.handlers["/named.pdf"] = page(SIGN_IN)
+        src.handlers["/view.php"] = page(SIGN_IN)
         src.publish([{"loc": f"{b}/paper.pdf", "lastmod": "2024-01-01T00:00:00Z", **pdf}])
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
         assert code == 0, summary
@@ -515,6 +517,8 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
                 {"loc": f"{b}/export.xml", "type": "application/xml"},
                 {"loc": f"{b}/unlabelled.pdf", **pdf},
                 {"loc": f"{b}/sign-in.txt", "type": "text/plain"},
+                {"loc": f"{b}/named.pdf"},
+                {"loc": f"{b}/view.php"},
             ]
         )
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", "--baseline", *FAST)
@@ -522,6 +526,9 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
     said = problems(summary)
     refused = "an HTML page came where the list gives application/pdf: a sign-in or error page"
     assert sum(refused in p for p in said) == 4, said
+    # No type in the list, and a name that says one (a PDF's): refused all the same.
+    named = "an HTML page came where its name says application/pdf: a sign-in or error page"
+    assert sum(named in p for p in said) == 1, said
     assert tree(tmp_path / "dest") == {
         "paper.pdf": PDF,
         "scripted.pdf": PDF,
@@ -530,6 +537,7 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
         "vouched.pdf": SIGN_IN,
         "export.xml": XHTML_ERROR,
         "sign-in.txt": SIGN_IN,
+        "view.php": SIGN_IN,
     }
 
 
@@ -581,6 +589,7 @@ def test_audit_finds_an_html_page_held_for_a_resource_listed_with_another_type(
         ("paper.pdf", PDF),
         ("page.html", SIGN_IN),
         ("untyped", SIGN_IN),
+        ("named.pdf", SIGN_IN),
     ]:
         (dest / name).write_bytes(body)
     pdf = {"type": "application/pdf"}
@@ -593,12 +602,17 @@ def test_audit_finds_an_html_page_held_for_a_resource_listed_with_another_type(
                 {"loc": f"{b}/paper.pdf", **pdf},
                 {"loc": f"{b}/page.html", "type": "text/html"},
                 {"loc": f"{b}/untyped"},
+                {"loc": f"{b}/named.pdf"},
             ]
         )
         code, summary = cli_json("audit", b + "/", dest)
     assert code == 1, summary
-    assert (summary["in_sync"], summary["different"]) == (3, 2), summary
-    assert sorted(summary["examples"]["different"]) == [f"{b}/error.pdf", f"{b}/signed-out.pdf"]
+    assert (summary["in_sync"], summary["different"]) == (3, 3), summary
+    assert sorted(summary["examples"]["different"]) == [
+        f"{b}/error.pdf",
+        f"{b}/named.pdf",
+        f"{b}/signed-out.pdf",
+    ]
 
 
 def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file(

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from ..sniff import HTML_TYPES, WINDOW, looks_like_html, media_type, not_a_page
+from ..sniff import HTML_TYPES, WINDOW, looks_like_html, media_type, not_a_page_for
 from ..units import ascii_int
 from ..w3cdt import format_w3c, parse_http_date
 from .mirror import IntegrityError
@@ -47,10 +47,11 @@ class PageCheck:
     tell whether they are an HTML page; IntegrityError when they are, before anything is
     written. `end()` decides for a body shorter than the window."""
 
-    __slots__ = ("_head", "_listed", "_uri", "_write")
+    __slots__ = ("_expected", "_head", "_uri", "_write")
 
-    def __init__(self, uri: str, listed: str, write: Callable[[bytes], None]) -> None:
-        self._uri, self._listed, self._write = uri, listed, write
+    def __init__(self, uri: str, expected: str, write: Callable[[bytes], None]) -> None:
+        """`expected`: what the resource is said to be (`the list gives application/pdf`)."""
+        self._uri, self._expected, self._write = uri, expected, write
         self._head: bytes | None = b""
 
     def write(self, data: bytes) -> None:
@@ -67,7 +68,7 @@ class PageCheck:
             return
         if looks_like_html(head):
             raise IntegrityError(
-                f"an HTML page came where the list gives {self._listed}: a sign-in or "
+                f"an HTML page came where {self._expected}: a sign-in or "
                 "error page, not the resource",
                 source=self._uri,
             )
@@ -78,15 +79,16 @@ def page_check(
     uri: str, listed: str | None, answered: str | None, write: Callable[[bytes], None]
 ) -> PageCheck | None:
     """The check for an answer labelled `answered` (its Content-Type) to a resource the list
-    gives as `listed`; None when there is nothing to check: the list gives no type, an HTML or
-    an XML one (`sniff.not_a_page`), or the answer is labelled as something else than HTML (a
-    text file that holds HTML source, served as `text/plain`, is what it says). An answer with
-    no label is looked at, as a browser would."""
-    essence = not_a_page(listed)
+    gives as `listed` (or, when it gives no type, that its name says: `…/paper.pdf`); None when
+    there is nothing to check: the list gives an HTML or an XML type (`sniff.not_a_page_for`),
+    no type and a name that says none an HTML page cannot be, or the answer is labelled as
+    something else than HTML (a text file that holds HTML source, served as `text/plain`, is
+    what it says). An answer with no label is looked at, as a browser would."""
+    essence, said = not_a_page_for(listed, uri)
     label = media_type(answered)
     if not essence or (label and label not in HTML_TYPES):
         return None
-    return PageCheck(uri, essence, write)
+    return PageCheck(uri, f"{said} {essence}", write)
 
 
 def cached_before(

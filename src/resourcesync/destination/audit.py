@@ -18,7 +18,7 @@ from ..http import make_client
 from ..model import Resource
 from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX
-from ..sniff import WINDOW, looks_like_html, not_a_page
+from ..sniff import WINDOW, looks_like_html, not_a_page_for
 from ..w3cdt import parse_w3c, seconds_before
 from .discover import SetInfo, discover
 from .dumps import dumped_changes, dumped_resources
@@ -139,7 +139,7 @@ def audit(
                 # No digest to compare: the length says little (an edit often keeps it); the
                 # Source's <lastmod> against the one recorded with what the copy holds does.
                 same = lastmod == recorded
-            if same and not algos and _page_in_place(path, kind):
+            if same and not algos and _page_in_place(path, kind, uri):
                 # A sign-in or error page written as the resource (by another tool, or before
                 # this one checked): nothing else would tell without a digest.
                 same = False
@@ -256,9 +256,10 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
         )
 
 
-def _page_in_place(path: Path, listed: str | None) -> bool:
-    """Whether the file at `path` is an HTML page while the list gives it another type."""
-    if not not_a_page(listed):
+def _page_in_place(path: Path, listed: str | None, uri: str) -> bool:
+    """Whether the file at `path` is an HTML page while the list gives it another type (or,
+    giving none, its name says one: `…/paper.pdf`)."""
+    if not not_a_page_for(listed, uri)[0]:
         return False
     try:
         with open(path, "rb") as f:
