@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from resourcesync.sniff import looks_like_html, media_type, not_a_page, not_a_page_for
+from resourcesync.sniff import (
+    binary_type,
+    looks_like_html,
+    media_type,
+    not_a_page,
+    not_a_page_for,
+)
 
 
 @pytest.mark.parametrize(
@@ -107,3 +113,24 @@ def test_the_types_an_html_page_cannot_be_for_a_resource(
     listed: str | None, uri: str, refused: tuple[str, str]
 ) -> None:
     assert not_a_page_for(listed, uri) == refused
+
+
+@pytest.mark.parametrize(
+    ("essence", "binary"),
+    [
+        ("application/pdf", True),
+        ("image/png", True),
+        ("video/mp4", True),
+        ("application/zip", True),
+        ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", True),
+        ("image/svg+xml", False),
+        ("text/plain", False),
+        ("text/csv", False),
+        ("application/json", False),
+        ("application/octet-stream", False),
+        ("application/vnd.api+json", False),
+        ("", False),
+    ],
+)
+def test_binary_types(essence: str, binary: bool) -> None:
+    assert binary_type(essence) is binary

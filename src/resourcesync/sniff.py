@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "HTML_TYPES",
     "WINDOW",
+    "binary_type",
     "looks_like_html",
     "media_type",
     "named_type",
@@ -120,6 +121,42 @@ _NAMED = {
     "json": "application/json",
     "txt": "text/plain",
 }
+
+
+_BINARY_PREFIXES = (
+    "image/",
+    "audio/",
+    "video/",
+    "font/",
+    "application/vnd.openxmlformats-officedocument.",
+    "application/vnd.oasis.opendocument.",
+)
+_BINARY = frozenset(
+    {
+        "application/pdf",
+        "application/zip",
+        "application/gzip",
+        "application/x-gzip",
+        "application/x-tar",
+        "application/x-bzip2",
+        "application/x-xz",
+        "application/x-7z-compressed",
+        "application/epub+zip",
+        "application/msword",
+        "application/vnd.ms-excel",
+        "application/vnd.ms-powerpoint",
+        "application/warc",
+    }
+)
+
+
+def binary_type(essence: str) -> bool:
+    """Whether a media type's bytes are never text: a document, image, sound, video, font or
+    archive format (an HTML page is never one, whatever the answer's label says; a text type's
+    file may hold HTML source)."""
+    return essence in _BINARY or (
+        essence.startswith(_BINARY_PREFIXES) and not essence.endswith(("+xml", "+json"))
+    )
 
 
 def not_a_page_for(listed: str | None, uri: str) -> tuple[str, str]:

@@ -459,6 +459,7 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
     page (after a redirect, or at once; an XHTML error page too): without a digest in the list,
     the page was written as the PDF and the run said ok. Now a failed transfer naming it, and
     the good copy from an earlier run stays; the same for an answer with no Content-Type.
+    A page labelled as the binary format the list gives (`application/pdf`) is refused too.
     Not refused: a text file holding HTML source served as text/plain, a PDF from a server
     that labels everything text/html, a page the list gives as HTML, as XML (XHTML is) or
     with no type, and an answer its digest vouches for."""
@@ -500,6 +501,8 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
         src.handlers["/unlabelled.pdf"] = unlabelled
         src.handlers["/sign-in.txt"] = source_code
         src.handlers["/named.pdf"] = page(SIGN_IN)
+        src.handlers["/labelled.pdf"] = page(SIGN_IN, "application/pdf")
+        src.handlers["/labelled.png"] = page(SIGN_IN, "text/plain")
         src.handlers["/view.php"] = page(SIGN_IN)
         src.publish([{"loc": f"{b}/paper.pdf", "lastmod": "2024-01-01T00:00:00Z", **pdf}])
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", *FAST)
@@ -519,13 +522,17 @@ def test_an_html_page_is_not_taken_for_a_resource_listed_with_another_type(
                 {"loc": f"{b}/sign-in.txt", "type": "text/plain"},
                 {"loc": f"{b}/named.pdf"},
                 {"loc": f"{b}/view.php"},
+                {"loc": f"{b}/labelled.pdf", **pdf},
+                {"loc": f"{b}/labelled.png", "type": "image/png"},
             ]
         )
         code, summary = cli_json("sync", b + "/", tmp_path / "dest", "--baseline", *FAST)
     assert code == 1, summary
     said = problems(summary)
     refused = "an HTML page came where the list gives application/pdf: a sign-in or error page"
-    assert sum(refused in p for p in said) == 4, said
+    assert sum(refused in p for p in said) == 5, said
+    # A page labelled as the binary format asked for (a server that labels by the name).
+    assert sum("where the list gives image/png: a sign-in" in p for p in said) == 1, said
     # No type in the list, and a name that says one (a PDF's): refused all the same.
     named = "an HTML page came where its name says application/pdf: a sign-in or error page"
     assert sum(named in p for p in said) == 1, said

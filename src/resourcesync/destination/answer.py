@@ -26,7 +26,14 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from ..sniff import HTML_TYPES, WINDOW, looks_like_html, media_type, not_a_page_for
+from ..sniff import (
+    HTML_TYPES,
+    WINDOW,
+    binary_type,
+    looks_like_html,
+    media_type,
+    not_a_page_for,
+)
 from ..units import ascii_int
 from ..w3cdt import format_w3c, parse_http_date
 from .mirror import IntegrityError
@@ -82,11 +89,13 @@ def page_check(
     gives as `listed` (or, when it gives no type, that its name says: `…/paper.pdf`); None when
     there is nothing to check: the list gives an HTML or an XML type (`sniff.not_a_page_for`),
     no type and a name that says none an HTML page cannot be, or the answer is labelled as
-    something else than HTML (a text file that holds HTML source, served as `text/plain`, is
-    what it says). An answer with no label is looked at, as a browser would."""
+    something else than HTML while the resource is text (a text file that holds HTML source,
+    served as `text/plain`, is what it says). An answer with no label is looked at, as a
+    browser would; so is any answer for a binary format (a page labelled `application/pdf` by
+    a server that labels by the name asked for is no PDF)."""
     essence, said = not_a_page_for(listed, uri)
     label = media_type(answered)
-    if not essence or (label and label not in HTML_TYPES):
+    if not essence or (label and label not in HTML_TYPES and not binary_type(essence)):
         return None
     return PageCheck(uri, f"{said} {essence}", write)
 
