@@ -586,8 +586,9 @@ def test_audit_finds_an_html_page_held_for_a_resource_listed_with_another_type(
 ) -> None:
     """A copy made by another tool (or before the transfer checked) holds the sign-in page
     where the list gives a PDF without a digest: `audit` called it in sync (the length is not
-    listed, the file is there). Now different; a real PDF, an HTML page listed as HTML and an
-    untyped entry are in sync."""
+    listed, the file is there). Now different; a real PDF, an HTML page listed as HTML, an
+    untyped entry and a text file that holds HTML source (as the transfer takes one labelled
+    text/plain) are in sync."""
     dest = tmp_path / "dest"
     dest.mkdir()
     for name, body in [
@@ -597,6 +598,7 @@ def test_audit_finds_an_html_page_held_for_a_resource_listed_with_another_type(
         ("page.html", SIGN_IN),
         ("untyped", SIGN_IN),
         ("named.pdf", SIGN_IN),
+        ("notes.txt", SIGN_IN),
     ]:
         (dest / name).write_bytes(body)
     pdf = {"type": "application/pdf"}
@@ -610,11 +612,12 @@ def test_audit_finds_an_html_page_held_for_a_resource_listed_with_another_type(
                 {"loc": f"{b}/page.html", "type": "text/html"},
                 {"loc": f"{b}/untyped"},
                 {"loc": f"{b}/named.pdf"},
+                {"loc": f"{b}/notes.txt", "type": "text/plain"},
             ]
         )
         code, summary = cli_json("audit", b + "/", dest)
     assert code == 1, summary
-    assert (summary["in_sync"], summary["different"]) == (3, 3), summary
+    assert (summary["in_sync"], summary["different"]) == (4, 3), summary
     assert sorted(summary["examples"]["different"]) == [
         f"{b}/error.pdf",
         f"{b}/named.pdf",

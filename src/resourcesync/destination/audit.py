@@ -18,7 +18,7 @@ from ..http import make_client
 from ..model import Resource
 from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX
-from ..sniff import WINDOW, looks_like_html, not_a_page_for
+from ..sniff import WINDOW, binary_type, looks_like_html, not_a_page_for
 from ..w3cdt import parse_w3c, seconds_before
 from .discover import SetInfo, discover
 from .dumps import dumped_changes, dumped_resources
@@ -257,9 +257,10 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
 
 
 def _page_in_place(path: Path, listed: str | None, uri: str) -> bool:
-    """Whether the file at `path` is an HTML page while the list gives it another type (or,
-    giving none, its name says one: `…/paper.pdf`)."""
-    if not not_a_page_for(listed, uri)[0]:
+    """Whether the file at `path` is an HTML page while the list gives it a binary format (or,
+    giving none, its name says one: `…/paper.pdf`). Not for a text type: a text file may hold
+    HTML source, and only the answer's label told the transfer which it was."""
+    if not binary_type(not_a_page_for(listed, uri)[0]):
         return False
     try:
         with open(path, "rb") as f:
