@@ -243,7 +243,7 @@ RS_NS = (
 
 def urlset(capability: str, entries: list[dict[str, Any]], **md: str) -> bytes:
     """A urlset document: `entries` are dicts of loc, and optional length, md5, change,
-    datetime, from, until, lastmod, path, type, capability."""
+    datetime, from, until, lastmod, path, type, encoding, capability."""
     attrs = "".join(f" {k}={quoteattr(v)}" for k, v in {"capability": capability, **md}.items())
     lines = ['<?xml version="1.0" encoding="UTF-8"?>', f"<urlset {RS_NS}>", f"<rs:md{attrs}/>"]
     for e in entries:
@@ -260,6 +260,7 @@ def urlset(capability: str, entries: list[dict[str, Any]], **md: str) -> bytes:
             "hash": f"md5:{e['md5']}" if "md5" in e else None,
             "path": e.get("path"),
             "type": e.get("type"),
+            "encoding": e.get("encoding"),
         }
         rendered = "".join(f" {k}={quoteattr(v)}" for k, v in md_attrs.items() if v is not None)
         if rendered:

@@ -59,6 +59,7 @@ def test_a_failure_remembers_the_entry_it_was_planned_from(tmp_path: Path) -> No
         lastmod=datetime(2024, 1, 1, tzinfo=UTC),
         datetime=datetime(2024, 1, 2, 3, 4, 5, 600000, tzinfo=UTC),
         type="application/pdf",
+        encoding="gzip",
         links=[
             Link(rel="duplicate", href="http://mirror.example.org/a.pdf", pri=1),
             Link(rel="describedby", href="http://example.org/a.xml", type="application/xml"),
@@ -71,4 +72,10 @@ def test_a_failure_remembers_the_entry_it_was_planned_from(tmp_path: Path) -> No
     assert expected_resource(uri, expected) == res
     old = expected_resource(uri, {"length": 7, "hashes": {"md5": "0" * 32}})
     assert (old.length, old.hashes) == (7, res.hashes)
-    assert (old.lastmod, old.datetime, old.type, old.links) == (None, None, None, [])
+    assert (old.lastmod, old.datetime, old.type, old.encoding, old.links) == (
+        None,
+        None,
+        None,
+        None,
+        [],
+    )

@@ -679,6 +679,49 @@ def test_a_gzip_file_served_with_its_compression_as_a_coding_is_kept_as_the_file
     }
 
 
+def test_a_resource_the_list_gives_a_content_coding_is_kept_as_it_came(tmp_path: Path) -> None:
+    """`rs:md encoding` says what content codings the Source's answer carries, and its
+    `length` and `hash` are then those of the coded bytes, as `Content-Length` (core §7). Such
+    an answer was decoded, and a Source that followed the spec failed on every run ("more than
+    the expected 46 bytes arrived"). Now kept as it came, checked against the list, and `audit`
+    finds it in sync; a coding we never decode (`br`) is asked for when the list gives it.
+    Without `encoding` in the list, a coded answer is decoded as before."""
+    table = b"".join(b"%d,row %d\n" % (i, i) for i in range(2000))
+    packed = gzip.compress(table)
+    squeezed = b"\x1b\x03not really brotli, never decoded"
+
+    async def br_when_asked(request: Request) -> Response:
+        if "br" in request.headers.get("accept-encoding", ""):
+            return Response(squeezed, headers={"Content-Encoding": "br"})
+        return Response(table)
+
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/listed.csv"] = _coded("gzip", packed)
+        src.handlers["/bare.csv"] = _coded("gzip", packed)
+        src.handlers["/squeezed.csv"] = br_when_asked
+        src.handlers["/plain.csv"] = _coded("gzip", packed)
+        src.publish(
+            [
+                entry(b, "/listed.csv", packed, encoding="gzip"),
+                {"loc": f"{b}/bare.csv", "encoding": "gzip"},
+                entry(b, "/squeezed.csv", squeezed, encoding="br"),
+                entry(b, "/plain.csv", table),
+            ]
+        )
+        dest = tmp_path / "dest"
+        code, summary = cli_json("sync", b + "/", dest, *FAST)
+        assert code == 0, summary
+        assert tree(dest) == {
+            "listed.csv": packed,
+            "bare.csv": packed,
+            "squeezed.csv": squeezed,
+            "plain.csv": table,
+        }
+        code, summary = cli_json("audit", b + "/", dest)
+        assert (code, summary["in_sync"]) == (0, 4), summary
+
+
 def test_a_gzip_body_of_several_members_is_decoded_whole(tmp_path: Path) -> None:
     """Members one after the other (RFC 1952 §2.2: what `cat a.gz b.gz` makes, and `gzip -d`
     and Python's `gzip` read whole), NUL padding after one: the whole body. Before, the

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
+from ..http import content_codings
+from ..model import Resource
 from ..sniff import (
     HTML_TYPES,
     WINDOW,
@@ -38,7 +40,14 @@ from ..units import ascii_int
 from ..w3cdt import format_w3c, parse_http_date
 from .mirror import IntegrityError
 
-__all__ = ["NO_CACHE", "PageCheck", "cached_before", "page_check"]
+__all__ = [
+    "NO_CACHE",
+    "PageCheck",
+    "accept_encoding",
+    "cached_before",
+    "listed_codings",
+    "page_check",
+]
 
 #: Headers that ask every cache on the way to check with the Source before it answers (HTTP/1.0
 #: caches read `Pragma`).
@@ -134,3 +143,16 @@ def cached_before(
 
 #: 0001-01-01T00:00:00Z in seconds: an `Age` of centuries is shown from there.
 _FIRST = -62135596800
+
+
+def listed_codings(res: Resource) -> tuple[str, ...]:
+    """The content codings the list gives a resource (`rs:md encoding`, as HTTP's
+    `Content-Encoding` would say them): an answer coded so is kept as it came, since the list's
+    length and digest are then the coded bytes' (core §7)."""
+    return tuple(content_codings([res.encoding])) if res.encoding else ()
+
+
+def accept_encoding(coded: tuple[str, ...]) -> str:
+    """The `Accept-Encoding` that asks for the codings the list gives (kept, never decoded:
+    `br` or `zstd` too) before those we decode."""
+    return ", ".join(dict.fromkeys([*coded, "gzip", "deflate"]))

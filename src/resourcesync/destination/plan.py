@@ -56,7 +56,7 @@ class Plan:
         db.execute(
             "CREATE TEMP TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, uri TEXT UNIQUE, "
             "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT, sig TEXT, "
-            "links TEXT, held INTEGER, late INTEGER, type TEXT)"
+            "links TEXT, held INTEGER, late INTEGER, type TEXT, encoding TEXT)"
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
@@ -91,7 +91,9 @@ class Plan:
         planned (None: not looked up), so the transfer need not look again. `late`: a change
         listed behind the copy's cursor (see `Planner.changes`)."""
         if res is None:
-            self.batch.append((uri, action, None, None, None, None, sig, None, held, late, None))
+            self.batch.append(
+                (uri, action, None, None, None, None, sig, None, held, late, None, None)
+            )
         else:
             lastmod = format_w3c(res.lastmod) if res.lastmod else None
             when = res.change_time
@@ -109,6 +111,7 @@ class Plan:
                     held,
                     late,
                     res.type,
+                    res.encoding,
                 )
             )
         if len(self.batch) >= _BATCH:
@@ -129,7 +132,8 @@ class Plan:
             # moves to the end, so changes apply in order of their last occurrence.
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime, "
-                "sig, links, held, late, type) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "sig, links, held, late, type, encoding) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self.batch,
             )
             self.batch.clear()
@@ -200,7 +204,7 @@ class Plan:
         """What is planned for `uri`, when it is `action`."""
         self.flush()
         row = self.db.execute(
-            "SELECT uri, length, hashes, lastmod, datetime, links, type FROM plan "
+            "SELECT uri, length, hashes, lastmod, datetime, links, type, encoding FROM plan "
             "WHERE uri = ? AND action = ?",
             (uri, action),
         ).fetchone()
@@ -217,15 +221,15 @@ class Plan:
         last = 0
         while True:
             batch = self.db.execute(
-                "SELECT seq, uri, length, hashes, lastmod, datetime, links, type, held FROM plan "
-                "WHERE action = ? AND seq > ? ORDER BY seq LIMIT 1000",
+                "SELECT seq, uri, length, hashes, lastmod, datetime, links, type, encoding, held "
+                "FROM plan WHERE action = ? AND seq > ? ORDER BY seq LIMIT 1000",
                 (action, last),
             ).fetchall()
             if not batch:
                 return
-            for seq, uri, length, hashes, lastmod, when, links, type_, held in batch:
+            for seq, uri, length, hashes, lastmod, when, links, type_, coding, held in batch:
                 last = seq
-                res = _resource(uri, length, hashes, lastmod, when, links, type_)
+                res = _resource(uri, length, hashes, lastmod, when, links, type_, coding)
                 yield uri, res, None if held is None else bool(held)
 
 
@@ -237,6 +241,7 @@ def _resource(
     when: str | None,
     links: str | None,
     type_: str | None = None,
+    encoding: str | None = None,
 ) -> Resource:
     """A plan row as the entry it was planned from."""
     modified = parse_w3c(lastmod) if lastmod else None
@@ -249,6 +254,7 @@ def _resource(
         datetime=modified if when == lastmod else parse_w3c(when) if when else None,
         links=[link_from_json(d) for d in json.loads(links)] if links else [],
         type=type_,
+        encoding=encoding,
     )
 
 
@@ -734,8 +740,8 @@ class Planner:
         state = self.run.state
         plan.flush()
         rows = plan.db.execute(
-            "SELECT uri, action, length, hashes, lastmod, datetime, links, type FROM plan "
-            "WHERE late = 1"
+            "SELECT uri, action, length, hashes, lastmod, datetime, links, type, encoding "
+            "FROM plan WHERE late = 1"
         ).fetchall()
         missed: list[str] = []
         dropped: list[tuple[str]] = []

@@ -125,9 +125,9 @@ def keep_links(state: CopyState, known: Known, res: Resource) -> None:
 
 def expected_of(res: Resource) -> dict[str, Any]:
     """What a failed fetch remembers of the entry it was planned from, so that the next run
-    asks for it as listed: its length and digests, and its times, type and links (a retry that
-    lost them took a sign-in page for the PDF, took a cache's copy from before the change, and
-    recorded the copy without its `<lastmod>`)."""
+    asks for it as listed: its length and digests, and its times, type, coding and links (a
+    retry that lost them took a sign-in page for the PDF, took a cache's copy from before the
+    change, and recorded the copy without its `<lastmod>`)."""
     out: dict[str, Any] = {"length": res.length, "hashes": res.hashes}
     if res.lastmod is not None:
         out["lastmod"] = format_w3c(res.lastmod)
@@ -135,6 +135,8 @@ def expected_of(res: Resource) -> dict[str, Any]:
         out["datetime"] = format_w3c(res.datetime)
     if res.type is not None:
         out["type"] = res.type
+    if res.encoding is not None:
+        out["encoding"] = res.encoding
     if res.links:
         out["links"] = [link_json(ln) for ln in res.links]
     return out
@@ -151,6 +153,7 @@ def expected_resource(uri: str, expected: dict[str, Any]) -> Resource:
         lastmod=parse_w3c(lastmod) if lastmod else None,
         datetime=parse_w3c(when) if when else None,
         type=expected.get("type"),
+        encoding=expected.get("encoding"),
         links=[link_from_json(d) for d in expected.get("links") or ()],
     )
 

@@ -19,7 +19,7 @@ from ..errors import ReadError, ResourceSyncError
 from ..http import HttpOptions, Unreachable
 from ..http.transfer import Fetched, TransferSession
 from ..model import Resource
-from .answer import NO_CACHE, cached_before, page_check
+from .answer import NO_CACHE, accept_encoding, cached_before, listed_codings, page_check
 from .mirror import IntegrityError, Located, UnsafePath
 from .options import Run
 from .plan import Plan, same
@@ -252,6 +252,7 @@ class Transfer:
         unreachable = False
         # "No Content" is the whole of a resource the list says is empty (and only of one).
         empty = res.length == 0
+        coded = listed_codings(res)
         last_error = ""
         try:
             # Before any request: what cannot be written is not asked for.
@@ -265,6 +266,8 @@ class Transfer:
             # A second request asks the caches on the way to check with the Source: the first
             # answer may have been a cache's old copy (a digest or length that did not match).
             headers: dict[str, str] = {} if attempt == 1 else dict(NO_CACHE)
+            if coded:
+                headers["Accept-Encoding"] = accept_encoding(coded)
             known = state.known(uri) if held is not False else None
             if known is not None and attempt == 1 and (mirror.dest / known.path).is_file():
                 if known.etag:
@@ -273,7 +276,11 @@ class Transfer:
                     headers["If-Modified-Since"] = known.last_modified
             try:
                 async with client.open(
-                    uri, headers=headers, accept=_ACCEPT_EMPTY if empty else _ACCEPT, options=http
+                    uri,
+                    headers=headers,
+                    accept=_ACCEPT_EMPTY if empty else _ACCEPT,
+                    options=http,
+                    coded=coded,
                 ) as response:
                     stale = cached_before(response.headers, res.change_time)
                     if stale is not None:
@@ -438,9 +445,13 @@ class Transfer:
         if slot is not None:
             await slot.hold()  # a request again (the Source's answer may have handed it over)
         new = self.run.state.known(uri) is None
+        coded = listed_codings(res)
+        headers = {"Accept-Encoding": accept_encoding(coded)} if coded else None
         for href in mirrors:
             try:
-                async with client.open(href, options=http) as response:
+                async with client.open(
+                    href, headers=headers, options=http, coded=coded
+                ) as response:
                     await self._receive(response, uri, href, res, key, report, new)
             except UnsafePath:
                 return False

@@ -14,7 +14,7 @@ import importlib.util
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -223,12 +223,18 @@ _GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip", "application/
 _GZIP_NAMES = (".gz", ".tgz", ".svgz", ".emz", ".wmz")
 
 
-def codings_to_undo(codings: list[str], url: str, content_type: str | None) -> list[str]:
-    """The content codings of a response to undo: all of them, but for a gzip file that the
-    server labels with its own compression (`Content-Encoding: gzip` on a `.gz`, `.tgz`,
+def codings_to_undo(
+    codings: list[str], url: str, content_type: str | None, listed: Sequence[str] = ()
+) -> list[str]:
+    """The content codings of a response to undo: none when they are the `listed` ones (`rs:md
+    encoding`: the list's length and digest are then the coded bytes', core §7, and the copy
+    keeps them as they came); else all of them, but for a gzip file that the server labels
+    with its own compression (`Content-Encoding: gzip` on a `.gz`, `.tgz`,
     `.svgz`, `.emz` or `.wmz` name, or on a gzip media type: Apache's `AddEncoding x-gzip
     .gz`). That body is the file itself, as the Source lists it (its length and digest are
     the compressed bytes'): kept as it came, as wget's "broken server workaround" keeps it."""
+    if listed and codings == list(listed):
+        return []
     if len(codings) != 1 or codings[0] not in ("gzip", "x-gzip"):
         return codings
     if media_type(content_type) in _GZIP_TYPES or urlsplit(url).path.lower().endswith(_GZIP_NAMES):

@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
@@ -232,9 +232,11 @@ class TransferSession:
         extra: Mapping[str, str] | None,
         opts: HttpOptions,
         started: float,
+        coded: Sequence[str] = (),
     ) -> tuple[aiohttp.ClientResponse, _Guard]:
         """GET `url`, following redirects (each hop with its own scoped headers, each
-        redirect's body capped and thrown away); the final response and its guard."""
+        redirect's body capped and thrown away); the final response and its guard. `coded`:
+        the content codings the list gives the resource, kept when the answer has them."""
         session = self._session
         if session is None:
             raise RuntimeError("TransferSession used outside its `async with`")
@@ -259,7 +261,9 @@ class TransferSession:
             )
             codings = content_codings(response.headers.getall("Content-Encoding", ()))
             if codings:
-                codings = codings_to_undo(codings, current, response.headers.get("Content-Type"))
+                codings = codings_to_undo(
+                    codings, current, response.headers.get("Content-Type"), coded
+                )
             guard = _Guard(current, codings, opts, started)
             location = response.headers.get("Location")
             if not (opts.follow_redirects and response.status in _REDIRECTS and location):
@@ -289,20 +293,32 @@ class TransferSession:
         options: HttpOptions | None = None,
         accept: Collection[int] = (),
         declared: int | None = None,
+        coded: Sequence[str] = (),
     ) -> _Opened:
         """GET `url`, retrying as the policy says, and yield the response once its status is
         2xx (or one of `accept`, e.g. 304), as `open_stream` does for documents: the body may be
         `max_size` bytes decoded, or the `declared` length when given; the headers must
         arrive within the deadline. A failure to connect, after the retries, is Unreachable.
-        An async context manager: its end lets the connection go (`Fetched.close`)."""
-        return _Opened(self, url, headers, options or self.options, accept, declared)
+        `coded`: the content codings the list gives the resource (`rs:md encoding`), which an
+        answer coded so keeps. An async context manager: its end lets the connection go
+        (`Fetched.close`)."""
+        return _Opened(self, url, headers, options or self.options, accept, declared, coded)
 
 
 class _Opened:
     """`TransferSession.open`'s context (a class, not `asynccontextmanager`: the generator's
     machinery was 2 % of a sync's CPU per resource, issue 15.1)."""
 
-    __slots__ = ("_accept", "_declared", "_fetched", "_headers", "_opts", "_session", "_url")
+    __slots__ = (
+        "_accept",
+        "_coded",
+        "_declared",
+        "_fetched",
+        "_headers",
+        "_opts",
+        "_session",
+        "_url",
+    )
 
     def __init__(
         self,
@@ -312,9 +328,10 @@ class _Opened:
         opts: HttpOptions,
         accept: Collection[int],
         declared: int | None,
+        coded: Sequence[str] = (),
     ) -> None:
         self._session, self._url, self._headers, self._opts = session, url, headers, opts
-        self._accept, self._declared = accept, declared
+        self._accept, self._declared, self._coded = accept, declared, coded
         self._fetched: Fetched | None = None
 
     async def __aenter__(self) -> Fetched:
@@ -329,7 +346,7 @@ class _Opened:
                 try:
                     async with deadline:
                         response, guard = await self._session._get(
-                            url, self._headers, opts, started
+                            url, self._headers, opts, started, self._coded
                         )
                 except TimeoutError:
                     if deadline.expired():
