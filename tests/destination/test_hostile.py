@@ -581,6 +581,50 @@ def test_a_failed_transfer_is_asked_for_again_as_listed(tmp_path: Path) -> None:
         assert cli("audit", b + "/", dest).exit_code == 0
 
 
+def test_an_empty_answer_is_not_taken_for_a_file_of_a_binary_format(tmp_path: Path) -> None:
+    """A script that fails after sending its headers answers `200` and nothing; for a PDF the
+    list gives no length or digest for, the empty file was written and the run said ok. No PDF,
+    image or archive is empty: a failed transfer now, the good copy kept; `audit` calls such
+    an empty file held different. An empty text file is a text file; a PDF the list says is
+    empty (`length="0"`) is what the Source says."""
+    dest = tmp_path / "dest"
+    served = {"body": PDF}
+
+    async def paper(request: Request) -> Response:
+        return Response(served["body"], headers={"Content-Type": "application/pdf"})
+
+    with hand_source() as src:
+        b = src.base
+        src.handlers["/paper.pdf"] = paper
+        src.handlers["/scan.png"] = _coded("identity", b"")
+        src.files["/empty.txt"] = b""
+        src.files["/said-empty.pdf"] = b""
+        listed = [
+            {"loc": f"{b}/paper.pdf", "lastmod": "2024-01-01T00:00:00Z"},
+            {"loc": f"{b}/empty.txt"},
+            {"loc": f"{b}/said-empty.pdf", "length": 0},
+        ]
+        src.publish(listed)
+        assert cli("sync", b + "/", dest, *FAST).exit_code == 0
+        served["body"] = b""
+        listed[0]["lastmod"] = "2024-02-01T00:00:00Z"
+        src.publish([*listed, {"loc": f"{b}/scan.png", "type": "image/png"}])
+        code, summary = cli_json("sync", b + "/", dest, "--baseline", *FAST)
+        assert code == 1, summary
+        said = problems(summary)
+        empty = "an empty answer where {}: no such file is empty"
+        assert sum(empty.format("its name says application/pdf") in p for p in said) == 1
+        assert sum(empty.format("the list gives image/png") in p for p in said) == 1, said
+        assert tree(dest) == {"paper.pdf": PDF, "empty.txt": b"", "said-empty.pdf": b""}
+        served["body"] = PDF
+        src.publish(listed)
+        assert cli("sync", b + "/", dest, "--baseline", *FAST).exit_code == 0
+        assert cli("audit", b + "/", dest).exit_code == 0
+        (dest / "paper.pdf").write_bytes(b"")  # as another tool would have left it
+        code, summary = cli_json("audit", b + "/", dest)
+        assert code == 1 and summary["examples"]["different"] == [f"{b}/paper.pdf"], summary
+
+
 def test_audit_finds_an_html_page_held_for_a_resource_listed_with_another_type(
     tmp_path: Path,
 ) -> None:

@@ -3,6 +3,7 @@ points 10–12): hand-made Sources shaped like the deployments and spec examples
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -399,6 +400,35 @@ def test_an_edit_that_keeps_the_length_is_fetched_from_a_source_without_digests(
         src.publish(list(listed.values()), at=t4)
         code, summary = cli_json("sync", b, dest, "--baseline")
         assert code == 0 and tree(dest)["c.txt"] == b"ccccc", summary
+
+
+def test_audit_finds_a_file_changed_here_when_the_list_gives_no_digest(tmp_path: Path) -> None:
+    """A Source without digests: a file edited in the copy with its size and time kept, and one
+    cut short whose length the list does not give, were "in sync" for `audit` (nothing in the
+    list to compare; the `<lastmod>` recorded was the listed one), though neither holds the
+    bytes the sync verified. `audit` now holds each file to the MD5 the copy recorded when it
+    wrote it: different; `sync --repair` holds the edited one to it too (before, it kept it),
+    and fetches both again, not the file left alone."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files.update({"/a.txt": b"alpha", "/b.txt": b"bravo", "/c.txt": b"charlie"})
+        listed = [{"loc": f"{b}/{n}.txt", "lastmod": AT} for n in "abc"]
+        listed[0]["length"], listed[2]["length"] = 5, 7  # b's not given
+        src.publish(listed, at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        assert cli("audit", b, dest).exit_code == 0
+        kept = os.stat(dest / "a.txt")
+        (dest / "a.txt").write_bytes(b"ALPHA")
+        os.utime(dest / "a.txt", ns=(kept.st_atime_ns, kept.st_mtime_ns))
+        (dest / "b.txt").write_bytes(b"br")
+        code, summary = cli_json("audit", b, dest)
+        assert code == 1, summary
+        assert sorted(summary["examples"]["different"]) == [f"{b}/a.txt", f"{b}/b.txt"]
+        code, summary = cli_json("sync", b, dest, "--repair")
+        assert code == 0 and _set(summary)["fetched"] == 2, summary
+        assert tree(dest) == {"a.txt": b"alpha", "b.txt": b"bravo", "c.txt": b"charlie"}
+        assert cli("audit", b, dest).exit_code == 0
 
 
 def test_a_later_change_supersedes_a_remembered_failure(tmp_path: Path) -> None:

@@ -61,13 +61,16 @@ CLOCKS = 2.0
 class PageCheck:
     """A writer in front of another that holds back the first `WINDOW` bytes until it can
     tell whether they are an HTML page; IntegrityError when they are, before anything is
-    written. `end()` decides for a body shorter than the window."""
+    written. `end()` decides for a body shorter than the window (and refuses an empty one when
+    `empty` is refused: no file of a binary format is empty)."""
 
-    __slots__ = ("_expected", "_head", "_uri", "_write")
+    __slots__ = ("_empty", "_expected", "_head", "_uri", "_write")
 
-    def __init__(self, uri: str, expected: str, write: Callable[[bytes], None]) -> None:
+    def __init__(
+        self, uri: str, expected: str, write: Callable[[bytes], None], empty: bool = True
+    ) -> None:
         """`expected`: what the resource is said to be (`the list gives application/pdf`)."""
-        self._uri, self._expected, self._write = uri, expected, write
+        self._uri, self._expected, self._write, self._empty = uri, expected, write, empty
         self._head: bytes | None = b""
 
     def write(self, data: bytes) -> None:
@@ -80,7 +83,15 @@ class PageCheck:
 
     def end(self) -> None:
         head, self._head = self._head, None
+        if head is None:
+            return
         if not head:
+            if not self._empty:
+                raise IntegrityError(
+                    f"an empty answer where {self._expected}: no such file is empty (an error "
+                    "answered 200?)",
+                    source=self._uri,
+                )
             return
         if looks_like_html(head):
             raise IntegrityError(
@@ -92,7 +103,11 @@ class PageCheck:
 
 
 def page_check(
-    uri: str, listed: str | None, answered: str | None, write: Callable[[bytes], None]
+    uri: str,
+    listed: str | None,
+    answered: str | None,
+    write: Callable[[bytes], None],
+    length: int | None = None,
 ) -> PageCheck | None:
     """The check for an answer labelled `answered` (its Content-Type) to a resource the list
     gives as `listed` (or, when it gives no type, that its name says: `…/paper.pdf`); None when
@@ -101,12 +116,15 @@ def page_check(
     something else than HTML while the resource is text (a text file that holds HTML source,
     served as `text/plain`, is what it says). An answer with no label is looked at, as a
     browser would; so is any answer for a binary format (a page labelled `application/pdf` by
-    a server that labels by the name asked for is no PDF)."""
+    a server that labels by the name asked for is no PDF), and an empty one is refused for it
+    when the list gives no `length` (a script that failed after its headers answers `200` and
+    nothing; with a length, the length tells)."""
     essence, said = not_a_page_for(listed, uri)
     label = media_type(answered)
-    if not essence or (label and label not in HTML_TYPES and not binary_type(essence)):
+    binary = binary_type(essence)
+    if not essence or (label and label not in HTML_TYPES and not binary):
         return None
-    return PageCheck(uri, f"{said} {essence}", write)
+    return PageCheck(uri, f"{said} {essence}", write, empty=not binary or length is not None)
 
 
 def cached_before(

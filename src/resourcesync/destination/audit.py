@@ -74,8 +74,9 @@ def audit(
             _expected_state(s, db, client, opts)
         # Every local path accounted for (expected, or already reported as extra).
         db.execute("CREATE TABLE accounted (path TEXT PRIMARY KEY)")
-        # The `<lastmod>` the copy recorded with each resource it holds.
-        db.execute("CREATE TABLE recorded (uri TEXT PRIMARY KEY, lastmod TEXT)")
+        # The `<lastmod>` the copy recorded with each resource it holds, and the MD5 of the
+        # bytes it wrote.
+        db.execute("CREATE TABLE recorded (uri TEXT PRIMARY KEY, lastmod TEXT, md5 TEXT)")
         mirror.check_state_dir(create=False)
         state_path = mirror.state_dir / STATE_FILE
         # The copy's state, where it is kept (a fleet keeps it in its store): the URIs it
@@ -86,11 +87,14 @@ def audit(
                 for known in state.all_known():
                     if excluded(known.uri):
                         continue
-                    if known.lastmod is not None:
-                        db.execute(
-                            "INSERT OR REPLACE INTO recorded VALUES (?, ?)",
-                            (known.uri, _recorded_stamp(known.lastmod)),
-                        )
+                    db.execute(
+                        "INSERT OR REPLACE INTO recorded VALUES (?, ?, ?)",
+                        (
+                            known.uri,
+                            _recorded_stamp(known.lastmod) if known.lastmod else None,
+                            known.hashes.get("md5"),
+                        ),
+                    )
                     row = db.execute(
                         "SELECT gone FROM expected WHERE uri = ?", (known.uri,)
                     ).fetchone()
@@ -106,8 +110,8 @@ def audit(
                                 )
                         except UnsafePath:
                             pass
-        for uri, length, hashes, lastmod, kind, recorded in db.execute(
-            "SELECT e.uri, e.length, e.hashes, e.lastmod, e.type, r.lastmod FROM expected e "
+        for uri, length, hashes, lastmod, kind, recorded, wrote in db.execute(
+            "SELECT e.uri, e.length, e.hashes, e.lastmod, e.type, r.lastmod, r.md5 FROM expected e "
             "LEFT JOIN recorded r ON r.uri = e.uri WHERE e.gone = 0 ORDER BY e.uri"
         ):
             if excluded(uri):
@@ -139,7 +143,11 @@ def audit(
                 # No digest to compare: the length says little (an edit often keeps it); the
                 # Source's <lastmod> against the one recorded with what the copy holds does.
                 same = lastmod == recorded
-            if same and not algos and _page_in_place(path, kind, uri):
+            if same and not algos and wrote is not None and digests.get("md5") != wrote:
+                # Not the bytes the sync verified and wrote (edited or cut short here since):
+                # without a digest in the list, only the copy's own record tells.
+                same = False
+            if same and not algos and _page_in_place(path, kind, uri, length):
                 # A sign-in or error page written as the resource (by another tool, or before
                 # this one checked): nothing else would tell without a digest.
                 same = False
@@ -256,15 +264,17 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
         )
 
 
-def _page_in_place(path: Path, listed: str | None, uri: str) -> bool:
-    """Whether the file at `path` is an HTML page while the list gives it a binary format (or,
-    giving none, its name says one: `…/paper.pdf`). Not for a text type: a text file may hold
-    HTML source, and only the answer's label told the transfer which it was."""
+def _page_in_place(path: Path, listed: str | None, uri: str, length: int | None) -> bool:
+    """Whether the file at `path` is an HTML page (or empty, when the list gives no length)
+    while the list gives it a binary format (or, giving none, its name says one:
+    `…/paper.pdf`). Not for a text type: a text file may hold HTML source, and only the
+    answer's label told the transfer which it was."""
     if not binary_type(not_a_page_for(listed, uri)[0]):
         return False
     try:
         with open(path, "rb") as f:
-            return looks_like_html(f.read(WINDOW))
+            head = f.read(WINDOW)
+            return looks_like_html(head) or (not head and length is None)
     except OSError:
         return False
 

@@ -492,6 +492,10 @@ class Planner:
         mirror = self.run.mirror
         retime = mirror.times and not mirror.same_time(st, res.lastmod)
         want = res.hashes if opts.baseline and opts.checksum and res.hashes else {}
+        if not want and opts.repair and opts.checksum:
+            # No digest in the list: a repair holds the file to the one this copy wrote (what
+            # `audit` compares it with), so an edit here that kept the size and time is found.
+            want = known.hashes
         if retime and not want:
             # Ours and the Source's agree where both are given (`same`): any one will do.
             want = {**known.hashes, **res.hashes}

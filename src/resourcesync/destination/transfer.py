@@ -389,7 +389,9 @@ class Transfer:
             check = (
                 None
                 if hashes
-                else page_check(uri, res.type, response.headers.get("Content-Type"), inc.write)
+                else page_check(
+                    uri, res.type, response.headers.get("Content-Type"), inc.write, res.length
+                )
             )
             await response.pour(inc.write if check is None else check.write, self.run.bandwidth)
             if check is not None:
