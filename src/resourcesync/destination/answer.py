@@ -43,7 +43,6 @@ from .mirror import IntegrityError
 __all__ = [
     "NO_CACHE",
     "PageCheck",
-    "accept_encoding",
     "cached_before",
     "listed_codings",
     "page_check",
@@ -168,9 +167,3 @@ def listed_codings(res: Resource) -> tuple[str, ...]:
     `Content-Encoding` would say them): an answer coded so is kept as it came, since the list's
     length and digest are then the coded bytes' (core §7)."""
     return tuple(content_codings([res.encoding])) if res.encoding else ()
-
-
-def accept_encoding(coded: tuple[str, ...]) -> str:
-    """The `Accept-Encoding` that asks for the codings the list gives (kept, never decoded:
-    `br` or `zstd` too) before those we decode."""
-    return ", ".join(dict.fromkeys([*coded, "gzip", "deflate"]))

@@ -16,10 +16,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ReadError, ResourceSyncError
-from ..http import HttpOptions, Unreachable
+from ..http import HttpOptions, Unreachable, accept_encoding
 from ..http.transfer import Fetched, TransferSession
 from ..model import Resource
-from .answer import NO_CACHE, accept_encoding, cached_before, listed_codings, page_check
+from .answer import NO_CACHE, cached_before, listed_codings, page_check
 from .mirror import IntegrityError, Located, UnsafePath
 from .options import Run
 from .plan import Plan, same

@@ -44,6 +44,7 @@ __all__ = [
     "HttpOptions",
     "RetryPolicy",
     "Unreachable",
+    "accept_encoding",
     "iter_body",
     "limit_body",
     "make_async_client",
@@ -92,7 +93,8 @@ MAX_REDIRECT_BODY = 64 << 10
 PIECE = 1 << 18
 #: Content codings we ask for and decode (streamed, capped); anything else we were not asked
 #: to decode is refused rather than decoded whole.
-_ACCEPT_ENCODING = "gzip, deflate"
+_ASKED = ("gzip", "deflate")
+_ACCEPT_ENCODING = ", ".join(_ASKED)
 _DECODED = frozenset({"gzip", "x-gzip", "deflate"})
 _REFUSED_CODINGS = frozenset({"br", "zstd", "compress", "x-compress"})
 
@@ -206,6 +208,12 @@ def _scope(options: HttpOptions, request: httpx.Request, told: set[str]) -> None
 def base_headers(options: HttpOptions) -> dict[str, str]:
     """The headers every request carries: ours, then the user's (`--header`)."""
     return {"User-Agent": USER_AGENT, "Accept-Encoding": _ACCEPT_ENCODING, **options.headers}
+
+
+def accept_encoding(kept: Sequence[str] = ()) -> str:
+    """`Accept-Encoding` for a request: the codings we decode, after those to be `kept` as they
+    come (a list's `rs:md encoding`: `br` or `zstd` too, never decoded)."""
+    return ", ".join(dict.fromkeys([*kept, *_ASKED])) if kept else _ACCEPT_ENCODING
 
 
 def content_codings(values: Iterable[str]) -> list[str]:
