@@ -19,14 +19,29 @@ def test_a_destination_syncing_at_random_never_says_ok_over_a_wrong_copy(tmp_pat
         for _ in range(STEPS):
             op = w.step()
             w.counts[op] += 1
-        # Whether a kill lands inside a run depends on this machine's speed: a few more,
-        # early in their runs, each followed by a checked sync, until some did.
+        # Whether a kill lands inside a run depends on this machine's speed, and how often the
+        # walk kills a publish on what its syncs found (the random steps follow from what the
+        # copy holds): a few more, each followed by a checked sync, until each happened enough.
         for _ in range(40):
             if w.counts["sync-killed"] >= 3:
                 break
             w.file_op()
             w.settled = False
             w.sync_killed(soon=True)
+            w.sync()
+        for _ in range(10):
+            if w.counts["publish-killed"] >= 3 and w.counts["publish-while-changing"] >= 3:
+                break
+            w.file_op()
+            if w.counts["publish-killed"] < 3:
+                w.publish_killed()
+                w.check(complete=False)
+                w.counts["publish-killed"] += 1
+            else:
+                w.publish_while_changing()
+                w.check(complete=True)
+                w.counts["publish-while-changing"] += 1
+            w.settled = False
             w.sync()
         w.settle()
     assert w.counts["sync-killed"] >= 3, w.counts
