@@ -17,13 +17,11 @@ def test_streaming_digests_match_hashlib(tmp_path) -> None:
     data = b"resourcesync " * 200_000  # several chunks
     path = tmp_path / "f.bin"
     path.write_bytes(data)
-    length, digests = hash_file(path, ["md5", "sha-1", "sha-256"])
+    # Every IANA Hash Function Textual Name hashlib always has.
+    algorithms = ["md5", "sha-1", "sha-224", "sha-256", "sha-384", "sha-512"]
+    length, digests = hash_file(path, algorithms)
     assert length == len(data)
-    assert digests == {
-        "md5": hashlib.md5(data).hexdigest(),
-        "sha-1": hashlib.sha1(data).hexdigest(),
-        "sha-256": hashlib.sha256(data).hexdigest(),
-    }
+    assert digests == {a: hashlib.new(a.replace("-", ""), data).hexdigest() for a in algorithms}
     assert hash_stream(io.BytesIO(data), ["md5"]) == (
         len(data),
         {"md5": hashlib.md5(data).hexdigest()},
@@ -58,3 +56,5 @@ def test_known_algorithms_are_checked_for_hex_and_length() -> None:
     assert "hexadecimal" in (check_hash_value("md5", "zz0d5cb8ef6ba40c99b14c0237be735e") or "")
     assert "32" in (check_hash_value("md5", "abc") or "")
     assert check_hash_value("x-other", "anything") is None
+    assert check_hash_value("sha-512", hashlib.sha512(b"").hexdigest()) is None
+    assert "128" in (check_hash_value("sha-512", hashlib.sha256(b"").hexdigest()) or "")

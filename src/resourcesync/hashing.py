@@ -1,7 +1,10 @@
 """Streaming digests and the spec's hash tokens (`md5:…`, `sha-1:…`, `sha-256:…`).
 
-The `hash` attribute holds one or more space-separated `algorithm:value` tokens. The spec names
-md5, sha-1 and sha-256 (hex-encoded digests); other algorithm tokens are kept as read.
+The `hash` attribute holds one or more space-separated `algorithm:value` tokens, hex-encoded
+digests (core §7). The spec's examples are md5 and sha-256; the tokens are the IANA Hash
+Function Textual Names, and we compute every one of them hashlib always has: md5, sha-1,
+sha-224, sha-256, sha-384, sha-512 (`ALGORITHMS`). Other algorithm tokens are kept as read by
+`parse_hashes`; a Destination's reader sets them aside (they check nothing here).
 
 Ground floor: imports nothing of ours.
 """
@@ -18,17 +21,27 @@ from typing import Any, BinaryIO
 
 __all__ = [
     "ALGORITHMS",
+    "HEX_LENGTH",
     "MultiHasher",
     "check_hash_value",
+    "checkable",
     "format_hashes",
     "hash_file",
     "hash_stream",
     "parse_hashes",
 ]
 
-#: Spec token → hashlib name.
-ALGORITHMS: dict[str, str] = {"md5": "md5", "sha-1": "sha1", "sha-256": "sha256"}
-_HEX_LENGTH = {"md5": 32, "sha-1": 40, "sha-256": 64}
+#: Spec token → hashlib name: the IANA Hash Function Textual Names hashlib always provides.
+ALGORITHMS: dict[str, str] = {
+    "md5": "md5",
+    "sha-1": "sha1",
+    "sha-224": "sha224",
+    "sha-256": "sha256",
+    "sha-384": "sha384",
+    "sha-512": "sha512",
+}
+#: The hex digits of each algorithm's digest.
+HEX_LENGTH = {"md5": 32, "sha-1": 40, "sha-224": 56, "sha-256": 64, "sha-384": 96, "sha-512": 128}
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _B64 = re.compile(r"[A-Za-z0-9+/_-]+")
@@ -41,7 +54,14 @@ def _constructors() -> dict[str, Callable[[], Any]]:
     tokens (`validate`) does not load OpenSSL's digests."""
     import hashlib
 
-    return {"md5": hashlib.md5, "sha1": hashlib.sha1, "sha256": hashlib.sha256}
+    return {
+        "md5": hashlib.md5,
+        "sha1": hashlib.sha1,
+        "sha224": hashlib.sha224,
+        "sha256": hashlib.sha256,
+        "sha384": hashlib.sha384,
+        "sha512": hashlib.sha512,
+    }
 
 
 class MultiHasher:
@@ -52,7 +72,9 @@ class MultiHasher:
         for algo in algorithms:
             name = ALGORITHMS.get(algo)
             if name is None:
-                raise ValueError(f"unsupported hash algorithm {algo!r} (use md5, sha-1, sha-256)")
+                raise ValueError(
+                    f"unsupported hash algorithm {algo!r} (use one of {', '.join(ALGORITHMS)})"
+                )
             # The named constructors: hashlib.new() looks the algorithm up each time, which
             # costs more than hashing a small resource.
             make = _constructors().get(name)
@@ -93,6 +115,16 @@ def format_hashes(hashes: Mapping[str, str]) -> str:
     return " ".join(f"{algo}:{value}" for algo, value in hashes.items())
 
 
+def checkable(hashes: Mapping[str, str]) -> Mapping[str, str]:
+    """The digests of `hashes` we can compute (`ALGORITHMS`; tokens as a Destination's reader
+    gives them, in lower case): what a copy is verified against. A digest of another algorithm
+    verifies nothing, and a resource it alone describes is one the list gives no digest for."""
+    for algo in hashes:
+        if algo not in ALGORITHMS:
+            return {a: v for a, v in hashes.items() if a in ALGORITHMS}
+    return hashes
+
+
 def parse_hashes(text: str) -> dict[str, str]:
     """'md5:ab… sha-256:cd…' → {'md5': 'ab…', 'sha-256': 'cd…'}.
 
@@ -119,7 +151,7 @@ def normalise_digest(algo: str, value: str) -> str | None:
     """The hex form of a digest of a known algorithm given in base64 or base64url (as the
     2014 Cornell simulator publishes MD5s); None when `value` is neither hex nor such a
     digest. Hex values come back in lower case."""
-    expected = _HEX_LENGTH.get(algo)
+    expected = HEX_LENGTH.get(algo)
     if expected is None:
         return None
     if len(value) == expected and _HEX.fullmatch(value):
@@ -139,7 +171,7 @@ def normalise_digest(algo: str, value: str) -> str | None:
 
 def check_hash_value(algo: str, value: str) -> str | None:
     """A problem with a digest of a known algorithm (not hex, wrong length), or None."""
-    expected = _HEX_LENGTH.get(algo)
+    expected = HEX_LENGTH.get(algo)
     if expected is None:
         return None
     if not _HEX.fullmatch(value):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from pathlib import Path
 
 from resourcesync.hashing import normalise_digest
@@ -123,3 +124,105 @@ def test_a_source_with_base64_digests_is_synced_and_verified(tmp_path: Path) -> 
             code, summary = cli_json("sync", src.base, dest, "--baseline")
             assert code == 1 and summary["sets"][0]["failed"] == 1, summary
             assert tree(dest)["a"] == bodies["a"]
+
+
+def _hashed_resourcelist(
+    base: str, bodies: dict[str, bytes], hashes: dict[str, str], *, described: bool = False
+) -> bytes:
+    """Each resource listed with the `hash` attribute `hashes[name]`; with `described`, its
+    length and a `<lastmod>` too."""
+
+    urls = []
+    for name, body in bodies.items():
+        lastmod = "<lastmod>2024-04-01T00:00:00Z</lastmod>" if described else ""
+        length = f' length="{len(body)}"' if described else ""
+        md = f'<rs:md hash="{hashes[name]}"{length}/>'
+        urls.append(f"<url><loc>{base}/{name}</loc>{lastmod}{md}</url>")
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}>'
+        f'<rs:md capability="resourcelist" at="2024-05-01T10:00:00Z"/>{"".join(urls)}</urlset>'
+    ).encode()
+
+
+PAPER = b"%PDF-1.7 the paper itself " * 40
+SIGN_IN = b"<!DOCTYPE html><html><body>Please sign in</body></html>"
+
+
+def test_a_digest_of_every_algorithm_hashlib_has_is_checked(tmp_path: Path) -> None:
+    """sha-512 (an IANA Hash Function Textual Name the spec allows): the digest was not
+    computed, and not seen as missing either (no check of the type, no cache check): the wrong
+    bytes, or a sign-in page for a PDF, were written, and sync and audit said ok. Upper-case
+    tokens (`SHA-256:`) are read in lower case, with a warning."""
+    wrong = b"X" * len(PAPER)
+    for token in ("sha-512", "sha-384", "sha-224", "SHA-256"):
+        algo = token.lower().replace("-", "")
+        listed = {"paper.pdf": f"{token}:{hashlib.new(algo, PAPER).hexdigest()}"}
+        dest = tmp_path / token
+        with hand_source() as src:
+            for served in (wrong, SIGN_IN):
+                _serve(
+                    src,
+                    {"paper.pdf": served},
+                    _hashed_resourcelist(src.base, {"paper.pdf": served}, listed),
+                )
+                code, summary = cli_json("sync", src.base, dest)
+                assert code == 1 and summary["sets"][0]["failed"] == 1, (token, summary)
+                assert "mismatch" in summary["sets"][0]["problems"][-1]["message"]
+                assert tree(dest) == {}
+            _serve(
+                src,
+                {"paper.pdf": PAPER},
+                _hashed_resourcelist(src.base, {"paper.pdf": PAPER}, listed),
+            )
+            code, summary = cli_json("sync", src.base, dest)
+            assert code == 0 and tree(dest) == {"paper.pdf": PAPER}, summary
+            said = [p["message"] for p in summary["sets"][0]["problems"]]
+            assert said == (
+                [f"warning: line 1: rs:md hash: {token} read as sha-256, and so may others"]
+                if token == "SHA-256"
+                else []
+            ), said
+            assert cli("audit", src.base, dest).exit_code == 0
+            # An edit here that keeps the size: audit holds the file to the listed digest.
+            (dest / "paper.pdf").write_bytes(wrong)
+            assert cli("audit", src.base, dest).exit_code == 1
+
+
+def test_a_digest_no_one_can_check_here_is_no_digest(tmp_path: Path) -> None:
+    """A digest of an algorithm we do not compute (sha3-256) was taken for a digest: the type
+    of a resource it alone described was not checked, and a sign-in page answered for a PDF
+    was written as the PDF (sync said ok). It is set aside, said once a document: the resource
+    is checked as one the list gives no digest for; the validator warns about it once."""
+    listed = {
+        name: f"sha3-256:{hashlib.sha3_256(PAPER).hexdigest()}" for name in ("a.pdf", "b.pdf")
+    }
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        pages = {"a.pdf": SIGN_IN, "b.pdf": SIGN_IN}
+        _serve(src, pages, _hashed_resourcelist(src.base, pages, listed))
+        code, summary = cli_json("sync", src.base, dest)
+        assert code == 1 and summary["sets"][0]["failed"] == 2, summary
+        assert tree(dest) == {}
+        said = [p["message"] for p in summary["sets"][0]["problems"]]
+        unchecked = [m for m in said if "sha3-256 digests" in m]
+        assert len(unchecked) == 1 and "are not checked" in unchecked[0], said
+        papers = {"a.pdf": PAPER, "b.pdf": PAPER}
+        _serve(src, papers, _hashed_resourcelist(src.base, papers, listed, described=True))
+        code, summary = cli_json("sync", src.base, dest)
+        assert code == 0 and tree(dest) == papers, summary
+        assert cli("audit", src.base, dest).exit_code == 0
+        # Edited here, size and time kept: held to the MD5 the copy recorded, as without a
+        # digest (a digest that checks nothing had made `sync --repair` keep the edit).
+        before = (dest / "a.pdf").stat()
+        (dest / "a.pdf").write_bytes(b"Y" * len(PAPER))
+        os.utime(dest / "a.pdf", ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert cli("audit", src.base, dest).exit_code == 1
+        assert cli("sync", src.base, dest, "--repair").exit_code == 0
+        assert tree(dest) == papers
+        assert cli("audit", src.base, dest).exit_code == 0
+        # The validator says it once, as a warning (the spec does not restrict algorithms).
+        (tmp_path / "rl.xml").write_bytes(_hashed_resourcelist(src.base, papers, listed))
+        code, report = cli_json("validate", tmp_path / "rl.xml")
+        found = [f for f in report["findings"] if f["rule"] == "core-7-hash-algorithm"]
+        assert len(found) == 1 and found[0]["level"] == "warning", report
+        assert "'sha3-256' is not one Destinations check" in found[0]["message"]

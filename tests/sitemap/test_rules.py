@@ -770,9 +770,31 @@ def test_bad_digest_values_are_warnings(hashes: str, fragment: str) -> None:
     assert report.errors == []
 
 
-def test_good_digests_and_unknown_algorithms_are_clean() -> None:
+def test_good_digests_are_clean() -> None:
     hashes = "md5:1e0d5cb8ef6ba40c99b14c0237be735e sha-1:" + "a" * 40 + " sha-256:" + "B" * 64
-    clean(check(doc(RL, url(md=f'hash="{hashes} x-custom:anything"'))))
+    hashes += " sha-224:" + "c" * 56 + " sha-384:" + "d" * 96 + " sha-512:" + "e" * 128
+    clean(check(doc(RL, url(md=f'hash="{hashes}"'))))
+
+
+def test_an_algorithm_destinations_cannot_check_is_said_once_a_document() -> None:
+    """A digest no Destination checks (ours computes the IANA textual names hashlib has): the
+    resources it alone describes are synced unverified. The spec does not restrict the
+    algorithms: a warning, once a document for each algorithm, at its first use."""
+    md5 = "md5:1e0d5cb8ef6ba40c99b14c0237be735e"
+    report = check(
+        doc(
+            RL,
+            url(md='hash="x-custom:anything"'),
+            url("http://example.com/res2", md=f'hash="x-custom:other {md5}"'),
+            url("http://example.com/res3", md='hash="SHA-256:' + "b" * 64 + '"'),
+        )
+    )
+    assert report.errors == []
+    f = only(report, WARNING, "'x-custom' is not one Destinations check")
+    assert (f.rule, f.line, f.entry) == ("core-7-hash-algorithm", 4, "http://example.com/res1")
+    f = only(report, WARNING, "'SHA-256' in upper case (the token is 'sha-256')")
+    assert f.rule == "core-7-hash-algorithm" and f.line == 6
+    assert len(report.findings) == 2, [str(f) for f in report.findings]
 
 
 def test_bad_hash_on_a_link_is_checked_too() -> None:

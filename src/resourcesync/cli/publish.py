@@ -65,7 +65,8 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--hash",
             "hashes",
             multiple=True,
-            help="Hash algorithm(s): md5 (default), sha-1, sha-256; repeat or comma-separate.",
+            help="Hash algorithm(s): md5 (default), sha-1, sha-224, sha-256, sha-384, sha-512; "
+            "repeat or comma-separate.",
         ),
         click.option("--include", multiple=True, help="Only files matching (fnmatch, repeatable)."),
         click.option("--exclude", multiple=True, help="Skip files/dirs matching (repeatable)."),

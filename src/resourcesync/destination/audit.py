@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReadError
+from ..hashing import ALGORITHMS
 from ..http import make_client
 from ..model import Resource
 from ..sitemap import walk
@@ -129,7 +130,7 @@ def audit(
                 report.note("missing", uri)
                 continue
             want = json.loads(hashes) if hashes else {}
-            algos = [a for a in want if a in ("md5", "sha-1", "sha-256")]
+            algos = [a for a in want if a in ALGORITHMS]
             got = mirror.local_digests(uri, algos[:1] or ["md5"])
             if got is None:
                 report.missing += 1

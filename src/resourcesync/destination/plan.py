@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import ReadError, ResourceSyncError
+from ..hashing import ALGORITHMS, checkable
 from ..jsonable import link_from_json
 from ..model import Resource
 from ..sitemap import open_document, walk
@@ -491,15 +492,16 @@ class Planner:
         opts = self.run.options
         mirror = self.run.mirror
         retime = mirror.times and not mirror.same_time(st, res.lastmod)
-        want = res.hashes if opts.baseline and opts.checksum and res.hashes else {}
+        listed = checkable(res.hashes)
+        want = listed if opts.baseline and opts.checksum else {}
         if not want and opts.repair and opts.checksum:
             # No digest in the list: a repair holds the file to the one this copy wrote (what
             # `audit` compares it with), so an edit here that kept the size and time is found.
             want = known.hashes
         if retime and not want:
             # Ours and the Source's agree where both are given (`same`): any one will do.
-            want = {**known.hashes, **res.hashes}
-        algos = [a for a in want if a in ("md5", "sha-1", "sha-256")][:1]
+            want = {**known.hashes, **listed}
+        algos = [a for a in want if a in ALGORITHMS][:1]
         if algos:
             got = mirror.local_digests(uri, algos)
             if got is None or got[1].get(algos[0]) != want[algos[0]]:
@@ -780,8 +782,9 @@ class Planner:
     def _in_place(self, uri: str, res: Resource) -> bool:
         """Whether the file `uri` maps to is there, as `res` describes it: its length, and its
         digest when the entry gives one we know."""
+        listed = checkable(res.hashes)
         try:
-            got = self.run.mirror.local_digests(uri, list(res.hashes)[:1])
+            got = self.run.mirror.local_digests(uri, list(listed)[:1])
         except ResourceSyncError:
             return False
         if got is None:
@@ -789,7 +792,7 @@ class Planner:
         length, digests = got
         if res.length is not None and length != res.length:
             return False
-        return all(res.hashes.get(a) == d for a, d in digests.items())
+        return all(listed.get(a) == d for a, d in digests.items())
 
     def covering_lists(
         self, url: str, s: SetInfo, cursor: Cursor, report: SetReport

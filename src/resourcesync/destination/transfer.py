@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ReadError, ResourceSyncError
+from ..hashing import ALGORITHMS, checkable
 from ..http import HttpOptions, Unreachable, accept_encoding
 from ..http.transfer import Fetched, TransferSession
 from ..model import Resource
@@ -213,7 +214,7 @@ class Transfer:
         self, uri: str, path: Path, length: int | None, hashes: dict[str, str]
     ) -> bool:
         """The local file has the length and (first known) digest we recorded for it."""
-        algos = [a for a in hashes if a in ("md5", "sha-1", "sha-256")][:1]
+        algos = [a for a in hashes if a in ALGORITHMS][:1]
         got = self.run.mirror.local_digests(uri, algos or ["md5"])
         if got is None or (length is not None and got[0] != length):
             return False
@@ -298,7 +299,7 @@ class Transfer:
                             and local is not None
                             and (
                                 same(known.hashes, known.length, res, known.lastmod)
-                                if res.hashes
+                                if checkable(res.hashes)
                                 # A 304 against a list that gives another length: the list
                                 # is the Source's word (a weak or stale validator is not).
                                 else res.length is None or res.length == known.length
@@ -378,7 +379,7 @@ class Transfer:
         of `uri` through the mirror — verified against the list's length and digests — and
         record it."""
         mirror = self.run.mirror
-        hashes = res.hashes if self.run.options.checksum else {}
+        hashes = checkable(res.hashes) if self.run.options.checksum else {}
         # Written from the event loop: handing small files to worker threads was measured
         # to cost more (GIL hand-offs) than the file system calls it hid.
         with mirror.incoming(
@@ -442,7 +443,7 @@ class Transfer:
         found = [ln for ln in res.links if ln.rel == "duplicate" and ln.href]
         found.sort(key=lambda ln: (ln.pri is None, ln.pri or 0))
         mirrors = [ln.href for ln in found]
-        if not mirrors or not (res.hashes and self.run.options.checksum):
+        if not mirrors or not (checkable(res.hashes) and self.run.options.checksum):
             return False
         if slot is not None:
             await slot.hold()  # a request again (the Source's answer may have handed it over)

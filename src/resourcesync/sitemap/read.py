@@ -27,7 +27,7 @@ from urllib.parse import urljoin, urlsplit
 from lxml import etree
 
 from ..errors import FormatError, ReadError
-from ..hashing import normalise_digest, parse_hashes
+from ..hashing import ALGORITHMS, normalise_digest, parse_hashes
 from ..inflate import Inflate, InflateError
 from ..model import RS_NS, SITEMAP_NS, Document, Link, Resource
 from ..sniff import looks_like_html
@@ -576,9 +576,28 @@ class DocumentReader:
             self._problem(f"{what}: {exc}", line, loc)
             return {}
         if self.on_problem is None:
-            # Digests in base64 (the 2014 Cornell simulator) compared as hex, said once; the
-            # validator sees them as written.
-            for algo, digest in hashes.items():
+            # Digests in base64 (the 2014 Cornell simulator) compared as hex, and algorithm
+            # tokens in upper case read in lower case, said once. A digest of an algorithm we
+            # cannot compute is kept as read (`cat`, a republisher) and said once: a
+            # Destination checks a resource it alone describes as one the list gives no digest
+            # for (`hashing.checkable`). The validator sees them as written.
+            read: dict[str, str] = {}
+            for token, digest in hashes.items():
+                algo = token if token in ALGORITHMS else token.lower()
+                if algo not in ALGORITHMS:
+                    self._warn(
+                        "hash-unknown",
+                        f"{what}: {token} digests (and any other algorithm's but "
+                        f"{', '.join(ALGORITHMS)}) are not checked: the resources listed with "
+                        "no other are checked by length, type and time",
+                        line,
+                    )
+                    read.setdefault(token, digest)
+                    continue
+                if algo != token:
+                    self._warn(
+                        "hash-case", f"{what}: {token} read as {algo}, and so may others", line
+                    )
                 hexed = normalise_digest(algo, digest)
                 if hexed is not None and hexed != digest:
                     if hexed.lower() != digest.lower():
@@ -587,7 +606,9 @@ class DocumentReader:
                             f"{what}: {algo} digests in base64, not hex; read as hex",
                             line,
                         )
-                    hashes[algo] = hexed
+                    digest = hexed
+                read.setdefault(algo, digest)
+            return read
         return hashes
 
     def _int(self, text: str, what: str, line: int, loc: str | None) -> int | None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from ...hashing import check_hash_value
+from ...hashing import ALGORITHMS, HEX_LENGTH, check_hash_value
 from ...model import (
     CHANGE_CAPABILITIES,
     RS_NS,
@@ -136,10 +136,7 @@ _IANA = """
 IANA_RELATIONS = frozenset(_IANA.split())
 
 # A well-formed hex digest of each known algorithm (anything else goes to check_hash_value).
-_GOOD_DIGEST = {
-    algo: re.compile(f"[0-9a-fA-F]{{{n}}}")
-    for algo, n in (("md5", 32), ("sha-1", 40), ("sha-256", 64))
-}
+_GOOD_DIGEST = {algo: re.compile(f"[0-9a-fA-F]{{{n}}}") for algo, n in HEX_LENGTH.items()}
 _ABSOLUTE_HTTP = re.compile(r"(?i)https?://[^/?#\s]+(?:[/?#]\S*)?")
 _URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
 
@@ -239,6 +236,8 @@ class DocumentChecker:
         self._by_change = False
         self._series: Series | None = None
         self._cap = ""
+        #: Hash algorithms already said to be unchecked (once a document each).
+        self._algorithms_said: set[str] = set()
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -484,9 +483,28 @@ class DocumentChecker:
             good = _GOOD_DIGEST.get(algo)
             if good is not None and good.fullmatch(value) is not None:
                 continue  # the common case, in one step
+            if algo not in ALGORITHMS:
+                self._unknown_algorithm(algo, line, entry)
+                continue
             problem = check_hash_value(algo, value)
             if problem is not None:
                 self.warning("core-7-hash", f"hash {problem}", line, entry)
+
+    def _unknown_algorithm(self, algo: str, line: int | None, entry: str | None) -> None:
+        """A digest our Destination cannot check: the resources listed with it alone are
+        synced by length, type and time, as if the list gave no digest. Said once a
+        document for each algorithm (the Source's choice, not an entry's)."""
+        if algo in self._algorithms_said:
+            return
+        self._algorithms_said.add(algo)
+        if algo.lower() in ALGORITHMS:
+            why = f"hash algorithm {algo!r} in upper case (the token is {algo.lower()!r})"
+        else:
+            why = (
+                f"hash algorithm {algo!r} is not one Destinations check "
+                f"({', '.join(ALGORITHMS)}): a resource listed with it alone is not verified"
+            )
+        self.warning("core-7-hash-algorithm", why, line, entry)
 
     # -- the entries -----------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ RULES: dict[str, str] = {
     "core-7-capability": "the document-level rs:md has no capability",
     "core-7-datetime-range": "a change datetime outside the document's from..until",
     "core-7-hash": "a hash value that is not a digest of its algorithm",
+    "core-7-hash-algorithm": "a hash algorithm Destinations cannot check (or not in lower case)",
     "core-7-header-first": "a document-level rs:md or rs:ln after the entries",
     "core-7-ln-href": "an rs:ln href that is not an absolute URI",
     "core-7-ln-pri": "an rs:ln pri outside 1..999999",
