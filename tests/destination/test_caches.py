@@ -106,8 +106,9 @@ def _w3c(t: float) -> str:
 Files = dict[str, tuple[bytes, float]]
 
 
-def _serve(src: Any, files: Files) -> None:
-    """`files` served and listed in a Resource List without digests, as the spec allows."""
+def _serve(src: Any, files: Files, *, digests: bool = False) -> None:
+    """`files` served and listed in a Resource List without digests, as the spec allows
+    (with `digests`, with their MD5s)."""
     for rel, (body, changed) in files.items():
         if rel.endswith(".lm"):
 
@@ -120,16 +121,29 @@ def _serve(src: Any, files: Files) -> None:
         else:
             src.files[rel] = body
     listed = [
-        {"loc": src.base + rel, "length": len(body), "lastmod": _w3c(changed)}
+        {
+            "loc": src.base + rel,
+            "length": len(body),
+            "lastmod": _w3c(changed),
+            **({"md5": md5(body)} if digests else {}),
+        }
         for rel, (body, changed) in files.items()
     ]
     src.publish(listed, at=_w3c(max(changed for _, changed in files.values())))
 
 
-def _change(src: Any, files: Files, new: dict[str, bytes], since: float, now: float) -> None:
+def _change(
+    src: Any,
+    files: Files,
+    new: dict[str, bytes],
+    since: float,
+    now: float,
+    *,
+    digests: bool = False,
+) -> None:
     """The Source changes `new` (lengths kept) at `now`; its Change List says so."""
     files.update({rel: (body, now) for rel, body in new.items()})
-    _serve(src, files)
+    _serve(src, files, digests=digests)
     changes = [
         {
             "loc": src.base + rel,
@@ -137,6 +151,7 @@ def _change(src: Any, files: Files, new: dict[str, bytes], since: float, now: fl
             "lastmod": _w3c(now),
             "change": "updated",
             "datetime": _w3c(now),
+            **({"md5": md5(body)} if digests else {}),
         }
         for rel, body in new.items()
     ]
@@ -152,17 +167,23 @@ NEW = {"/a.lm": b"a-v2", "/b.txt": b"b-v2"}
 
 
 @contextlib.contextmanager
-def changed_behind_a_cache(dest: Path, *, honours_no_cache: bool) -> Iterator[tuple[Any, Cache]]:
+def changed_behind_a_cache(
+    dest: Path,
+    *,
+    honours_no_cache: bool,
+    new: dict[str, bytes] = NEW,
+    digests: bool = False,
+) -> Iterator[tuple[Any, Cache]]:
     """a, b and c copied to `dest` through the cache; the cache's copies then an hour old,
-    and a and b changed at the Source ten minutes ago."""
+    and a and b (`new`) changed at the Source ten minutes ago."""
     with behind_a_cache(honours_no_cache=honours_no_cache) as (src, cache):
         now = time.time()
         files = _old(now)
-        _serve(src, files)
+        _serve(src, files, digests=digests)
         assert cli("sync", src.base, dest).exit_code == 0
         assert tree(dest) == {"a.lm": b"a-v1", "b.txt": b"b-v1", "c.txt": b"c-v1"}
         cache.age(3600)
-        _change(src, files, NEW, now - 7200, now - 600)
+        _change(src, files, new, now - 7200, now - 600, digests=digests)
         cache.to_origin.clear()
         yield src, cache
 
@@ -214,6 +235,52 @@ def test_a_cache_that_ignores_no_cache_fails_the_transfer_until_it_lets_go(
         assert code == 0, summary
         assert tree(dest) == {"a.lm": b"a-v2", "b.txt": b"b-v2", "c.txt": b"c-v1"}
         assert cli("audit", src.base, dest).exit_code == 0
+
+
+def test_with_a_digest_in_the_list_the_bytes_decide_not_the_age(tmp_path: Path) -> None:
+    """A Source that lists digests, behind a cache that ignores `no-cache`, whose `<lastmod>`s
+    moved while the bytes stayed (a repository dating its files by their records): a second
+    Destination's baseline refused the cache's copies as from before the change on every run
+    until the cache let them go, though their bytes are the ones the list gives. The digest
+    decides: taken, nothing asked of the Source."""
+    same_bytes = {"/a.lm": b"a-v1", "/b.txt": b"b-v1"}
+    with changed_behind_a_cache(
+        tmp_path / "first", honours_no_cache=False, new=same_bytes, digests=True
+    ) as (src, cache):
+        dest = tmp_path / "second"
+        code, summary = cli_json("sync", src.base, dest)
+        assert code == 0, summary
+        assert tree(dest) == {"a.lm": b"a-v1", "b.txt": b"b-v1", "c.txt": b"c-v1"}
+        assert cache.to_origin == []
+        assert cli("audit", src.base, dest).exit_code == 0
+
+
+@pytest.mark.parametrize("honours_no_cache", [True, False])
+def test_with_a_digest_a_cache_old_copy_is_asked_again_and_named(
+    tmp_path: Path, honours_no_cache: bool
+) -> None:
+    """The bytes changed and the list's digest says so: the cache's old copy fails the digest
+    and is asked for again past the cache. A cache that checks with the Source brings the new
+    bytes; one that answers its old copy again fails the transfer, and the failure names the
+    cache's copy beside the digest."""
+    dest = tmp_path / "dest"
+    with changed_behind_a_cache(dest, honours_no_cache=honours_no_cache, digests=True) as (
+        src,
+        cache,
+    ):
+        code, summary = cli_json("sync", src.base, dest)
+        if honours_no_cache:
+            assert code == 0, summary
+            assert tree(dest) == {"a.lm": b"a-v2", "b.txt": b"b-v2", "c.txt": b"c-v1"}
+            assert sorted(cache.to_origin) == ["/a.lm", "/b.txt"]
+            assert cli("audit", src.base, dest).exit_code == 0
+            return
+        assert code == 1, summary
+        problems = _problems(summary)
+        assert problems.count("mismatch: md5") == 2, problems
+        assert problems.count("; a cache answered with a copy it has held for") == 2, problems
+        assert tree(dest) == {"a.lm": b"a-v1", "b.txt": b"b-v1", "c.txt": b"c-v1"}
+        assert cli("audit", src.base, dest).exit_code == 1
 
 
 def test_a_cache_copy_taken_after_the_change_is_taken(tmp_path: Path) -> None:
@@ -305,20 +372,30 @@ def _package(base: str, files: dict[str, bytes], at: float) -> bytes:
     return out.getvalue()
 
 
-def _dump(src: Any, files: dict[str, bytes], at: float) -> None:
+def _dump(
+    src: Any,
+    files: dict[str, bytes],
+    at: float,
+    *,
+    digest: bool = False,
+    package_at: float | None = None,
+) -> None:
     """A Source with a Resource Dump only, whose one package keeps its URL from dump to dump
-    (and the dump gives neither its length nor its digest)."""
+    (and the dump gives neither its length nor its digest, unless `digest`: its MD5). The
+    package's manifest is dated `package_at` (else `at`)."""
     b = src.base
+    package = _package(b, files, at if package_at is None else package_at)
+    listed = {"loc": f"{b}/dump/part1.zip", "type": "application/zip"}
+    if digest:
+        listed["md5"] = md5(package)
     src.docs["/.well-known/resourcesync"] = urlset(
         "description", [{"loc": f"{b}/capabilitylist.xml", "capability": "capabilitylist"}]
     )
     src.docs["/capabilitylist.xml"] = urlset(
         "capabilitylist", [{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}]
     )
-    src.docs["/resourcedump.xml"] = urlset(
-        "resourcedump", [{"loc": f"{b}/dump/part1.zip", "type": "application/zip"}], at=_w3c(at)
-    )
-    src.files["/dump/part1.zip"] = _package(b, files, at)
+    src.docs["/resourcedump.xml"] = urlset("resourcedump", [listed], at=_w3c(at))
+    src.files["/dump/part1.zip"] = package
 
 
 @pytest.mark.parametrize("honours_no_cache", [True, False])
@@ -351,3 +428,37 @@ def test_a_cached_dump_package_from_before_the_dump_is_not_applied(
             cache.store.clear()
             assert cli("sync", src.base, dest).exit_code == 0
             assert tree(dest) == {"a.txt": b"a-v2", "b.txt": b"b-v1"}
+
+
+@pytest.mark.parametrize("honours_no_cache", [True, False])
+def test_a_dump_package_with_a_digest_is_judged_by_its_bytes(
+    tmp_path: Path, honours_no_cache: bool
+) -> None:
+    """A dump that gives its package's digest: a cache's copy from before the dump's `at` is
+    the package when its bytes are (a Source that dates its dump anew and keeps the package),
+    and is asked for again past the cache when they are not; a cache that answers its old
+    copy again stops the run, naming the digest and the cache's copy."""
+    dest = tmp_path / "dest"
+    with behind_a_cache(honours_no_cache=honours_no_cache) as (src, cache):
+        now = time.time()
+        old = {"a.txt": b"a-v1", "b.txt": b"b-v1"}
+        _dump(src, old, now - 7200, digest=True)
+        assert cli("sync", src.base, dest).exit_code == 0
+        cache.age(3600)
+        # Dated anew, the same package: taken from the cache, the Source not asked.
+        _dump(src, old, now - 600, digest=True, package_at=now - 7200)
+        cache.to_origin.clear()
+        result = cli("sync", src.base, tmp_path / "second")
+        assert result.exit_code == 0, result.stderr
+        assert tree(tmp_path / "second") == old and cache.to_origin == []
+        # A new package: the cache's old one fails its digest.
+        _dump(src, {"a.txt": b"a-v2", "b.txt": b"b-v1"}, now - 300, digest=True)
+        result = cli("sync", src.base, dest)
+        if honours_no_cache:
+            assert result.exit_code == 0, result.stderr
+            assert tree(dest) == {"a.txt": b"a-v2", "b.txt": b"b-v1"}
+            return
+        assert result.exit_code == 2, result.stderr
+        assert "part1.zip: package md5 is " in result.stderr
+        assert "; a cache answered with a copy it has held for" in result.stderr
+        assert tree(dest) == old

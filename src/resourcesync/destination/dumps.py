@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReadError, ResourceSyncError
-from ..hashing import ALGORITHMS, MultiHasher
+from ..hashing import MultiHasher, checkable
 from ..http import Bandwidth, HttpOptions
 from ..http.transfer import TransferSession, run_loop
 from ..model import Change, Resource
@@ -475,8 +475,13 @@ async def _download_with(
     http: HttpOptions, bandwidth: Bandwidth | None, package: Resource, target: Path
 ) -> None:
     # What the package holds is as of this time (a closed Change Dump package's last change, a
-    # Resource Dump package's `at`): a cache's copy taken before it is another package's.
+    # Resource Dump package's `at`): a cache's copy taken before it is another package's. With
+    # a digest of the package in the dump, its bytes tell (the package's own digest, issue
+    # 10.15: a package altered on the way is not unpacked). A package that does not match is
+    # asked for once more past the caches.
     current = package.until or package.at or package.change_time or package.from_
+    algos = list(checkable(package.hashes))[:1]
+    stale: str | None = None
     async with TransferSession(http) as client:
         for headers in ({}, NO_CACHE):
             async with client.open(
@@ -485,29 +490,30 @@ async def _download_with(
                 stale = cached_before(
                     response.headers, current, what="the time the dump gives for the package"
                 )
-                if stale is not None:
+                if stale is not None and not algos:
                     continue  # asked once more past the caches
                 size = 0
-                algos = [a for a in package.hashes if a in ALGORITHMS]
-                hasher = MultiHasher(algos[:1])
+                hasher = MultiHasher(algos)
                 with open(target, "wb") as f:
                     async for chunk in response.body(bandwidth):
                         size += len(chunk)
                         hasher.update(chunk)
                         f.write(chunk)
-                break
-        else:
-            raise ReadError(f"{stale}: not used", source=package.loc)
+            problem = _package_problem(package, size, hasher.hexdigests())
+            if problem is None:
+                return
+            if headers:
+                raise ReadError(
+                    problem if stale is None else f"{problem}; {stale}", source=package.loc
+                )
+    raise ReadError(f"{stale}: not used", source=package.loc)
+
+
+def _package_problem(package: Resource, size: int, digests: dict[str, str]) -> str | None:
+    """How a downloaded package differs from what the dump says of it, or None."""
     if package.length is not None and size != package.length:
-        raise ReadError(
-            f"package is {size} bytes, the dump says {package.length}",
-            source=package.loc,
-        )
-    # The package's own digest, when the dump gives one (issue 10.15): a package altered on
-    # the way is not unpacked.
-    for algo, got in hasher.hexdigests().items():
+        return f"package is {size} bytes, the dump says {package.length}"
+    for algo, got in digests.items():
         if got != package.hashes[algo]:
-            raise ReadError(
-                f"package {algo} is {got}, the dump says {package.hashes[algo]}",
-                source=package.loc,
-            )
+            return f"package {algo} is {got}, the dump says {package.hashes[algo]}"
+    return None

@@ -254,7 +254,11 @@ class Transfer:
         # "No Content" is the whole of a resource the list says is empty (and only of one).
         empty = res.length == 0
         coded = listed_codings(res)
+        # A digest to verify the answer by decides whether a cache's copy is the resource:
+        # by its bytes, not its age (its `<lastmod>` may move while the bytes stay).
+        verified = self.run.options.checksum and bool(checkable(res.hashes))
         last_error = ""
+        stale: str | None
         try:
             # Before any request: what cannot be written is not asked for.
             at = mirror.locate(uri)
@@ -262,6 +266,7 @@ class Transfer:
             self._refused(uri, exc, res, key, report)
             return False
         for attempt in (1, 2):
+            stale = None
             if slot is not None:
                 await slot.hold()
             # A second request asks the caches on the way to check with the Source: the first
@@ -284,10 +289,11 @@ class Transfer:
                     coded=coded,
                 ) as response:
                     stale = cached_before(response.headers, res.change_time)
-                    if stale is not None:
+                    if stale is not None and not verified:
                         # A cache's copy (or its "not modified") from before the change the
-                        # list gives: asked again past the cache; a cache that answers so
-                        # again fails the transfer (the next run asks again).
+                        # list gives, with no digest to tell whether it is the resource: asked
+                        # again past the cache; a cache that answers so again fails the
+                        # transfer (the next run asks again).
                         last_error = f"{stale}: not taken (retried by the next run)"
                         continue
                     if response.status_code == 304:
@@ -340,7 +346,7 @@ class Transfer:
                 self._refused(uri, exc, res, key, report)
                 return False
             except IntegrityError as exc:
-                last_error = exc.message
+                last_error = exc.message if stale is None else f"{exc.message}; {stale}"
                 continue  # retried once, then reported; the previous copy stays
             except (ReadError, ResourceSyncError) as exc:
                 last_error = exc.message if isinstance(exc, ResourceSyncError) else str(exc)
