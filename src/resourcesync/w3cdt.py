@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta, timezone
 __all__ = [
     "W3CDatetimeError",
     "format_w3c",
+    "parse_bent",
     "parse_http_date",
     "parse_w3c",
     "parse_zoneless",
@@ -147,10 +148,61 @@ def parse_zoneless(text: str) -> datetime | None:
     m = _ZONELESS.fullmatch(text.strip())
     if m is None:
         return None
+    bent = parse_bent(text)
+    return None if bent is None else bent[0]
+
+
+#: ISO 8601 forms near W3C Datetime: `T` or a space (or `t`), a decimal comma, a zone written
+#: `z`, `+hhmm`, `+hh`, `UTC` or `GMT`, or after a space, or none.
+_BENT = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})(?P<sep>[Tt ])"
+    r"(?P<hm>\d{2}:\d{2})(?::(?P<s>\d{2})(?:[.,](?P<f>\d+))?)?"
+    r"(?P<gap> ?)(?P<zone>[Zz]|UTC|GMT|[+-]\d{2}(?::?\d{2})?)?",
+    re.ASCII,
+)
+#: The start of an HTTP or e-mail date (`Mon, 01 Jan 2024 …`, `Monday, 01-Jan-24 …`,
+#: `Mon Jan  1 …`).
+_MAIL_DATE = re.compile(r"[A-Z][a-z]{2}(?:[a-z]*,| )", re.ASCII)
+
+
+def parse_bent(text: str) -> tuple[datetime, str] | None:
+    """A datetime written in a form near W3C Datetime that leaves no doubt what it means — as
+    Sources write them: `str()` of a Python datetime (`2024-01-01 10:00:00+00:00`), Java's and
+    PHP's `+0900`, a time without its zone (CORE, RSEngine: read as UTC), an HTTP or e-mail date
+    (RSS habits) — with how it bends the form (`"no zone"` first when it has none); None when
+    the text is none of these, or no valid time. Not W3C Datetime: readers that tolerate it say
+    so (the validator calls it an error)."""
+    t = text.strip()
+    m = _BENT.fullmatch(t)
+    if m is None:
+        if _MAIL_DATE.match(t) is None:
+            return None
+        when = parse_http_date(t)
+        return None if when is None else (when, "an e-mail date")
+    bends = []
+    zone = m["zone"]
+    if zone is None:
+        bends.append("no zone")
+        zone = "Z"
+    if m["sep"] != "T":
+        bends.append(f"{m['sep']!r} for the T")
+    if m["f"] is not None and "," in t:
+        bends.append("a decimal comma")
+    if m["gap"]:
+        bends.append("a space before the zone")
+    if zone in ("z", "UTC", "GMT"):
+        bends.append(f"the zone written {zone}")
+        zone = "Z"
+    elif zone != "Z" and len(zone) != 6:
+        bends.append("a zone without its colon" if len(zone) == 5 else "a zone of hours only")
+        zone = f"{zone[:3]}:{zone[3:5] or '00'}"
+    seconds = f":{m['s']}" if m["s"] is not None else ""
+    fraction = f".{m['f']}" if m["f"] is not None else ""
     try:
-        return parse_w3c(f"{m['date']}T{m['time']}Z")
+        value = parse_w3c(f"{m['date']}T{m['hm']}{seconds}{fraction}{zone}")
     except W3CDatetimeError:
         return None
+    return value, ", ".join(bends)
 
 
 def format_w3c(value: datetime) -> str:

@@ -8,8 +8,10 @@ import hashlib
 import os
 from pathlib import Path
 
+import pytest
+
 from resourcesync.hashing import normalise_digest
-from resourcesync.w3cdt import format_w3c, parse_zoneless
+from resourcesync.w3cdt import format_w3c, parse_bent, parse_w3c, parse_zoneless
 from tests.destination.helpers import cli, cli_json, hand_source, tree
 
 RS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
@@ -65,6 +67,92 @@ def test_zoneless_datetimes_are_read_as_utc() -> None:
     assert parse_zoneless("2021-01-20T20:25") is not None
     assert parse_zoneless("2021-01-20") is None  # a date alone is W3C already
     assert parse_zoneless("yesterday") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "means", "how"),
+    [
+        # Python's str() of an aware datetime, and of a naive one.
+        ("2024-01-01 10:00:00+00:00", "2024-01-01T10:00:00Z", "' ' for the T"),
+        ("2024-01-01 10:00:00.25", "2024-01-01T10:00:00.250000Z", "no zone, ' ' for the T"),
+        # Java's SimpleDateFormat `Z`, PHP's `O`.
+        ("2024-01-01T10:00:00+0900", "2024-01-01T01:00:00Z", "a zone without its colon"),
+        ("2024-01-01T10:00:00-05", "2024-01-01T15:00:00Z", "a zone of hours only"),
+        ("2024-01-01T10:00:00 +09:00", "2024-01-01T01:00:00Z", "a space before the zone"),
+        (
+            "2024-01-01T10:00:00 UTC",
+            "2024-01-01T10:00:00Z",
+            "a space before the zone, the zone written UTC",
+        ),
+        ("2024-01-01t10:00z", "2024-01-01T10:00:00Z", "'t' for the T, the zone written z"),
+        ("2024-01-01T10:00:00,5Z", "2024-01-01T10:00:00.500000Z", "a decimal comma"),
+        # RSS habits: an e-mail (HTTP) date.
+        ("Mon, 01 Jan 2024 10:00:00 GMT", "2024-01-01T10:00:00Z", "an e-mail date"),
+        ("Mon, 01 Jan 2024 10:00:00 +0900", "2024-01-01T01:00:00Z", "an e-mail date"),
+    ],
+)
+def test_datetimes_near_w3c_are_read_as_they_mean(text: str, means: str, how: str) -> None:
+    got = parse_bent(text)
+    assert got is not None and (format_w3c(got[0]), got[1]) == (means, how)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "yesterday",
+        "2024-13-01T00:00:00Z",
+        "2024-01-01T25:00Z",
+        "01/02/2024 10:00",
+        "May 5",
+        "2024-01-01T10:00:00+09:00:00",
+        "Mon, 99 Jan 2024 10:00:00 GMT",
+        "20240101T100000Z",
+    ],
+)
+def test_datetimes_that_leave_doubt_are_not_read(text: str) -> None:
+    assert parse_bent(text) is None
+
+
+def _bent_resourcelist(base: str, bodies: dict[str, bytes], stamp: str) -> bytes:
+    """Every time written as `stamp` (a form near W3C Datetime)."""
+    urls = "".join(
+        f"<url><loc>{base}/{name}</loc><lastmod>{stamp}</lastmod>"
+        f'<rs:md length="{len(body)}" hash="md5:{hashlib.md5(body).hexdigest()}"/></url>'
+        for name, body in bodies.items()
+    )
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}>'
+        f'<rs:md capability="resourcelist" at="{stamp}"/>{urls}</urlset>'
+    ).encode()
+
+
+def test_a_source_writing_times_near_w3c_is_synced_with_one_warning(tmp_path: Path) -> None:
+    """A Source whose times are `str()` of Python datetimes (a space for the T) or Java's
+    `+0900`: one such time stopped the whole sync ("not a W3C datetime", exit 2), for every
+    run. Read as they mean, said once; the files get the times meant; the validator still calls
+    them errors."""
+    bodies = {"a.txt": b"alpha", "b.txt": b"beta"}
+    for stamp, meant in (
+        ("2024-01-01 10:00:00+00:00", "2024-01-01T10:00:00Z"),
+        ("2024-01-01T19:00:00+0900", "2024-01-01T10:00:00Z"),
+    ):
+        dest = tmp_path / stamp.replace(":", "").replace(" ", "_")
+        with hand_source() as src:
+            _serve(src, bodies, _bent_resourcelist(src.base, bodies, stamp))
+            code, summary = cli_json("sync", src.base, dest)
+            assert code == 0, summary
+            assert tree(dest) == bodies
+            said = [p["message"] for p in summary["sets"][0]["problems"]]
+            assert len(said) == 1 and "reads unambiguously" in said[0], said
+            assert f"Destinations read it as {meant}" in said[0]
+            want = parse_w3c(meant).timestamp()
+            assert (dest / "a.txt").stat().st_mtime == want
+            assert cli("audit", src.base, dest).exit_code == 0
+            (tmp_path / "rl.xml").write_bytes(_bent_resourcelist(src.base, bodies, stamp))
+            code, report = cli_json("validate", tmp_path / "rl.xml")
+            assert code == 1, report
+            bent = [f for f in report["findings"] if f["rule"] == "w3c-datetime-form"]
+            assert len(bent) == 3 and {f["level"] for f in bent} == {"error"}, report
 
 
 def test_base64_digests_read_as_hex() -> None:

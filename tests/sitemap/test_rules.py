@@ -732,9 +732,17 @@ def test_bad_entry_values_are_errors(entry: str, fragment: str) -> None:
 
 
 def test_bad_document_datetime_is_an_error() -> None:
-    data = doc('capability="resourcelist" at="2013-01-03 09:00"', url())
+    data = doc('capability="resourcelist" at="2013-01-03 at 09:00"', url())
     f = only(check(data), ERROR, "rs:md at: not a W3C datetime")
-    assert f.line == 2
+    assert f.line == 2 and f.rule == "value-syntax"
+    # A form near it that Destinations read through is an error all the same.
+    data = doc('capability="resourcelist" at="2013-01-03 09:00"', url())
+    f = only(check(data), ERROR, "rs:md at: '2013-01-03 09:00' has no time zone")
+    assert f.line == 2 and f.rule == "w3c-datetime-zone"
+    data = doc('capability="resourcelist" at="2013-01-03T09:00+0900"', url())
+    f = only(check(data), ERROR, "is not W3C Datetime but reads unambiguously")
+    assert f.rule == "w3c-datetime-form"
+    assert "(a zone without its colon): Destinations read it as 2013-01-03T00:00:00Z" in f.message
 
 
 @pytest.mark.parametrize(

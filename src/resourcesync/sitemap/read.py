@@ -32,7 +32,7 @@ from ..inflate import Inflate, InflateError
 from ..model import RS_NS, SITEMAP_NS, Document, Link, Resource
 from ..sniff import looks_like_html
 from ..units import ascii_int
-from ..w3cdt import W3CDatetimeError, parse_w3c, parse_zoneless
+from ..w3cdt import W3CDatetimeError, format_w3c, parse_bent, parse_w3c
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -547,20 +547,32 @@ class DocumentReader:
         try:
             return parse_w3c(text.strip())
         except W3CDatetimeError as exc:
-            value = parse_zoneless(text)
-            if value is None:
+            bent = parse_bent(text)
+            if bent is None:
                 self._problem(f"{what}: {exc}", line, loc)
                 return None
-            # CORE and RSEngine write datetimes without a zone: read as UTC (tolerant in
-            # what we sync); an error for the validator, one warning per document otherwise.
-            message = (
-                f"{what}: {text.strip()!r} has no time zone (W3C Datetime requires one; "
-                "Destinations read it as UTC)"
-            )
+            # A form near W3C Datetime that leaves no doubt (CORE and RSEngine write times
+            # without a zone, Python's str() a space for the T, Java and PHP `+0900`): read as
+            # it means (tolerant in what we sync); an error for the validator, one warning per
+            # document and kind otherwise.
+            value, how = bent
+            shown = text.strip()
+            if how.startswith("no zone"):
+                kind = "zoneless"
+                message = (
+                    f"{what}: {shown!r} has no time zone (W3C Datetime requires one; "
+                    "Destinations read it as UTC)"
+                )
+            else:
+                kind = "bent-datetime"
+                message = (
+                    f"{what}: {shown!r} is not W3C Datetime but reads unambiguously ({how}): "
+                    f"Destinations read it as {format_w3c(value)}"
+                )
             if self.on_problem is not None:
                 self._problem(message, line, loc)
             else:
-                self._warn("zoneless", f"{message}, and so may others in this document", line)
+                self._warn(kind, f"{message}, and so may others in this document", line)
             return value
 
     def _warn(self, kind: str, message: str, line: int | None) -> None:

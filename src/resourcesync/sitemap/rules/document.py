@@ -149,6 +149,8 @@ def problem_rule(message: str) -> str:
     """The rule id of a value problem the reader reported (by its wording, which it owns)."""
     if "has no time zone" in message:
         return "w3c-datetime-zone"
+    if "is not W3C Datetime but reads unambiguously" in message:
+        return "w3c-datetime-form"
     if message.startswith("more than one"):
         return "core-7-md-repeated"
     if "without <loc>" in message:

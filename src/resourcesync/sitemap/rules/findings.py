@@ -89,6 +89,7 @@ RULES: dict[str, str] = {
     "sitemap-priority": "a priority outside 0.0..1.0",
     "unreadable": "a document that cannot be read (missing, not XML, hostile, too big)",
     "value-syntax": "a value that cannot be decoded (datetime, integer, hash)",
+    "w3c-datetime-form": "a datetime in a form near W3C Datetime (Destinations read it as meant)",
     "w3c-datetime-zone": "a datetime without a time zone (Destinations read it as UTC)",
 }
 
