@@ -17,33 +17,35 @@ from tests.destination.helpers import cli, cli_json, hand_source, tree
 RS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
 
 
+def _resourcelist(at: str, urls: list[str], head: str = "") -> bytes:
+    """A Resource List written by hand: `head` (links) before its `rs:md`, then `urls`."""
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}>{head}'
+        f'<rs:md capability="resourcelist" at="{at}"/>{"".join(urls)}</urlset>'
+    ).encode()
+
+
 def _core_resourcelist(base: str, bodies: dict[str, bytes]) -> bytes:
     """Shaped like CORE's: datetimes with microseconds and no time zone."""
-    urls = "".join(
+    urls = [
         f"<url><loc>{base}/{name}</loc><lastmod>2021-01-20T20:25:31.541226</lastmod>"
         f'<rs:md length="{len(body)}"/></url>'
         for name, body in bodies.items()
-    )
-    return (
-        f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}>'
-        f'<rs:ln rel="up" href="{base}/capabilitylist.xml"/>'
-        f'<rs:md capability="resourcelist" at="2021-01-20T20:25:31.541226"/>{urls}</urlset>'
-    ).encode()
+    ]
+    up = f'<rs:ln rel="up" href="{base}/capabilitylist.xml"/>'
+    return _resourcelist("2021-01-20T20:25:31.541226", urls, up)
 
 
 def _cornell_resourcelist(base: str, bodies: dict[str, bytes], *, url_safe: bool) -> bytes:
     """Shaped like the 2014 Cornell simulator's: MD5 digests in base64."""
     enc = base64.urlsafe_b64encode if url_safe else base64.b64encode
-    urls = "".join(
+    urls = [
         f"<url><loc>{base}/{name}</loc><lastmod>2014-05-01T10:00:00Z</lastmod>"
         f'<rs:md hash="md5:{enc(hashlib.md5(body).digest()).decode()}" length="{len(body)}"/>'
         "</url>"
         for name, body in bodies.items()
-    )
-    return (
-        f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}>'
-        f'<rs:md capability="resourcelist" at="2014-05-01T10:00:00Z"/>{urls}</urlset>'
-    ).encode()
+    ]
+    return _resourcelist("2014-05-01T10:00:00Z", urls)
 
 
 def _serve(src: object, bodies: dict[str, bytes], resourcelist: bytes) -> None:
@@ -115,15 +117,12 @@ def test_datetimes_that_leave_doubt_are_not_read(text: str) -> None:
 
 def _bent_resourcelist(base: str, bodies: dict[str, bytes], stamp: str) -> bytes:
     """Every time written as `stamp` (a form near W3C Datetime)."""
-    urls = "".join(
+    urls = [
         f"<url><loc>{base}/{name}</loc><lastmod>{stamp}</lastmod>"
         f'<rs:md length="{len(body)}" hash="md5:{hashlib.md5(body).hexdigest()}"/></url>'
         for name, body in bodies.items()
-    )
-    return (
-        f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}>'
-        f'<rs:md capability="resourcelist" at="{stamp}"/>{urls}</urlset>'
-    ).encode()
+    ]
+    return _resourcelist(stamp, urls)
 
 
 def test_a_source_writing_times_near_w3c_is_synced_with_one_warning(tmp_path: Path) -> None:
@@ -219,17 +218,13 @@ def _hashed_resourcelist(
 ) -> bytes:
     """Each resource listed with the `hash` attribute `hashes[name]`; with `described`, its
     length and a `<lastmod>` too."""
-
     urls = []
     for name, body in bodies.items():
         lastmod = "<lastmod>2024-04-01T00:00:00Z</lastmod>" if described else ""
         length = f' length="{len(body)}"' if described else ""
         md = f'<rs:md hash="{hashes[name]}"{length}/>'
         urls.append(f"<url><loc>{base}/{name}</loc>{lastmod}{md}</url>")
-    return (
-        f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}>'
-        f'<rs:md capability="resourcelist" at="2024-05-01T10:00:00Z"/>{"".join(urls)}</urlset>'
-    ).encode()
+    return _resourcelist("2024-05-01T10:00:00Z", urls)
 
 
 PAPER = b"%PDF-1.7 the paper itself " * 40
