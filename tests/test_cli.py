@@ -724,11 +724,20 @@ def test_cat_bad_value_is_one_line_with_file_and_line(tmp_path: Path) -> None:
             "<url><loc>http://example.com/res2</loc><lastmod>soon</lastmod></url>",
         ),
     )
+    # An entry's value is shown as not given, with a warning (as a Destination reads it).
+    result = run("cat", path)
+    assert result.exit_code == 0
+    assert result.stderr.splitlines() == [
+        f"resourcesync: warning: {path}: line 5: lastmod: not a W3C datetime: 'soon': read as "
+        "not given, and so may other values in this document"
+    ]
+    # The document's own: one line, exit 2.
+    text = path.read_text().replace('at="2013-01-03T09:00:00Z"', 'at="soon"')
+    path.write_text(text)
     result = run("cat", path)
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        f"resourcesync: {path}:5: lastmod: not a W3C datetime: 'soon' "
-        "(entry http://example.com/res2)"
+        f"resourcesync: {path}:3: rs:md at: not a W3C datetime: 'soon'"
     ]
     assert "Traceback" not in result.output
 

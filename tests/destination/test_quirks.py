@@ -309,3 +309,42 @@ def test_a_digest_no_one_can_check_here_is_no_digest(tmp_path: Path) -> None:
         found = [f for f in report["findings"] if f["rule"] == "core-7-hash-algorithm"]
         assert len(found) == 1 and found[0]["level"] == "warning", report
         assert "'sha3-256' is not one Destinations check" in found[0]["message"]
+
+
+def test_an_entry_value_that_cannot_be_read_is_read_as_not_given(tmp_path: Path) -> None:
+    """A Source whose template writes empty values for what it lacks (`length=""`, `hash=""`,
+    `<lastmod/>`), a length written `12.0`, a priority written as a word, a link without its
+    href: one such value stopped the whole sync ("not a non-negative integer", exit 2), on
+    every run. Read as not given, said once; what else the entry gives is still checked (a
+    sign-in page answered for a PDF is refused by its type). In the document's own `rs:md` (its
+    `at`, which the copy's cursor follows) it stays an error."""
+    bodies = {"a.pdf": PAPER, "b.txt": b"beta", "c.txt": b"gamma"}
+    urls = [
+        '<url><loc>{b}/a.pdf</loc><lastmod/><rs:md length="" hash=""/></url>',
+        '<url><loc>{b}/b.txt</loc><priority>high</priority><rs:md length="4.0"/>'
+        '<rs:ln rel="duplicate"/></url>',
+        '<url><loc>{b}/c.txt</loc><lastmod></lastmod><rs:md length="5"/></url>',
+    ]
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        listed = [u.replace("{b}", src.base) for u in urls]
+        _serve(src, {**bodies, "a.pdf": SIGN_IN}, _resourcelist("2024-05-01T10:00:00Z", listed))
+        code, summary = cli_json("sync", src.base, dest)
+        assert code == 1, summary
+        report = summary["sets"][0]
+        assert report["failed"] == 1 and tree(dest) == {"b.txt": b"beta", "c.txt": b"gamma"}
+        said = [p["message"] for p in report["problems"] if "read as not given" in p["message"]]
+        assert len(said) == 1 and "and so may other values in this document" in said[0], report
+        src.files["/a.pdf"] = PAPER
+        code, summary = cli_json("sync", src.base, dest)
+        assert code == 0 and tree(dest) == bodies, summary
+        assert cli("audit", src.base, dest).exit_code == 0
+        # The validator calls each an error.
+        (tmp_path / "rl.xml").write_bytes(_resourcelist("2024-05-01T10:00:00Z", listed))
+        code, report = cli_json("validate", tmp_path / "rl.xml")
+        errors = [f for f in report["findings"] if f["level"] == "error"]
+        assert code == 1 and len(errors) >= 6, report
+        # The document's own time, empty: the list cannot be read.
+        src.docs["/resourcelist.xml"] = _resourcelist("", listed)
+        result = cli("sync", src.base, dest)
+        assert result.exit_code == 2 and "rs:md at: not a W3C datetime: ''" in result.stderr

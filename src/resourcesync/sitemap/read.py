@@ -215,6 +215,8 @@ class DocumentReader:
         #: they are reported to it as problems instead.
         self.warnings: list[str] = []
         self._warned: set[str] = set()
+        #: Reading an entry (not the document's own header).
+        self._in_entry = False
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -440,6 +442,7 @@ class DocumentReader:
             if self._document is None:
                 self._document = self._header(parent, el)
                 self._header_count = parent.index(el)
+                self._in_entry = True
             line = el.sourceline
             pending.append((line, entry(el, line)))
             last = el
@@ -480,7 +483,9 @@ class DocumentReader:
         assert self._document is not None
         if el.tag in (RS_MD, RS_LN):
             self.late_header_lines.append(el.sourceline)
+        self._in_entry = False
         self._apply_header_element(self._document, el)
+        self._in_entry = True
 
     # -- decoding --------------------------------------------------------------------------
 
@@ -507,6 +512,22 @@ class DocumentReader:
         if self.on_problem is None:
             raise FormatError(message, source=self.name, line=line, entry=entry)
         self.on_problem(message, line, entry)
+
+    def _unread(self, message: str, line: int | None, entry: str | None) -> None:
+        """A value of an entry that cannot be read (empty, as templates write what they lack;
+        `12.0` for a length; a word for a priority). The validator's error. A Destination reads
+        it as not given, said once a document: what it would have checked is checked by what
+        else the entry gives, never taken for verified (one such value stopped the whole sync,
+        on every run). In the document's own `rs:md` (its times, which the copy's cursor
+        follows) it stays an error."""
+        if self.on_problem is not None or not self._in_entry:
+            self._problem(message, line, entry)
+        else:
+            self._warn(
+                "unread",
+                f"{message}: read as not given, and so may other values in this document",
+                line,
+            )
 
     def _header(self, root: Any, first_entry: Any) -> Document:
         doc = Document(index=root.tag == SITEMAPINDEX)
@@ -549,7 +570,7 @@ class DocumentReader:
         except W3CDatetimeError as exc:
             bent = parse_bent(text)
             if bent is None:
-                self._problem(f"{what}: {exc}", line, loc)
+                self._unread(f"{what}: {exc}", line, loc)
                 return None
             # A form near W3C Datetime that leaves no doubt (CORE and RSEngine write times
             # without a zone, Python's str() a space for the T, Java and PHP `+0900`): read as
@@ -585,7 +606,7 @@ class DocumentReader:
         try:
             hashes = parse_hashes(value)
         except ValueError as exc:
-            self._problem(f"{what}: {exc}", line, loc)
+            self._unread(f"{what}: {exc}", line, loc)
             return {}
         if self.on_problem is None:
             # Digests in base64 (the 2014 Cornell simulator) compared as hex, and algorithm
@@ -627,7 +648,7 @@ class DocumentReader:
         value = ascii_int(text.strip())
         if value is None:
             shown = text if len(text) <= 40 else f"{text[:40]}…"
-            self._problem(f"{what}: {shown!r} is not a non-negative integer", line, loc)
+            self._unread(f"{what}: {shown!r} is not a non-negative integer", line, loc)
         return value
 
     def _md(self, attrib: Any, target: Any, line: int, loc: str | None) -> None:
@@ -669,7 +690,7 @@ class DocumentReader:
         rel = attrib.get("rel")
         href = attrib.get("href")
         if not rel or href is None:
-            self._problem("<rs:ln> needs both rel and href", line, loc)
+            self._unread("<rs:ln> needs both rel and href", line, loc)
             return None
         href = href.strip()
         if not href.startswith(_ABSOLUTE) and self.base_url is not None:
@@ -762,7 +783,7 @@ class DocumentReader:
                 try:
                     res.priority = float((child.text or "").strip())
                 except ValueError:
-                    self._problem(f"priority: {child.text!r} is not a number", line, res.loc)
+                    self._unread(f"priority: {child.text!r} is not a number", line, res.loc)
             elif isinstance(tag, str):
                 res.extensions.append(_c14n(self._subtree(child)))
         if not seen_loc or not res.loc:
