@@ -348,3 +348,32 @@ def test_an_entry_value_that_cannot_be_read_is_read_as_not_given(tmp_path: Path)
         src.docs["/resourcelist.xml"] = _resourcelist("", listed)
         result = cli("sync", src.base, dest)
         assert result.exit_code == 2 and "rs:md at: not a W3C datetime: ''" in result.stderr
+
+
+def test_a_document_with_a_blank_line_before_its_declaration_is_read(tmp_path: Path) -> None:
+    """A generator's stray newline before `<?xml …?>` (PHP includes, templates): not
+    well-formed XML, and the sync stopped on every run. A Destination moves the declaration
+    before it, said once; line numbers after it are kept. `validate` still calls the document
+    unreadable."""
+    bodies = {"a.txt": b"alpha", "b.txt": b"beta"}
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        listed = [
+            f"<url><loc>{src.base}/{name}</loc>"
+            f'<rs:md length="{len(body)}" hash="md5:{hashlib.md5(body).hexdigest()}"/></url>'
+            for name, body in bodies.items()
+        ]
+        document = b"\r\n\n" + _resourcelist("2024-05-01T10:00:00Z", listed)
+        _serve(src, bodies, document)
+        code, summary = cli_json("sync", src.base, dest)
+        assert code == 0 and tree(dest) == bodies, summary
+        said = [p["message"] for p in summary["sets"][0]["problems"]]
+        assert said == [
+            "warning: line 1: whitespace before the XML declaration (not well-formed XML): "
+            "read without it"
+        ], said
+        assert cli("audit", src.base, dest).exit_code == 0
+        (tmp_path / "rl.xml").write_bytes(document)
+        code, report = cli_json("validate", tmp_path / "rl.xml")
+        assert code != 0 and report["unreadable"], report
+        assert "XML declaration allowed only at the start" in str(report["unreadable"])

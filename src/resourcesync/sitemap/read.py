@@ -398,7 +398,28 @@ class DocumentReader:
                 self._chunk_iter = None
                 break
         self._prolog_checked = True
-        return head
+        return head if self.on_problem is not None else self._declaration_first(head)
+
+    def _declaration_first(self, head: bytes) -> bytes:
+        """A document with blank lines or spaces before its XML declaration (a generator's
+        stray newline: PHP includes, templates) is not well-formed XML, and was not read at
+        all. For a Destination the declaration is moved before them, said once; the lines
+        after it keep their numbers. The validator still calls it unreadable."""
+        bom = b"\xef\xbb\xbf" if head.startswith(b"\xef\xbb\xbf") else b""
+        body = head[len(bom) :]
+        stripped = body.lstrip(b" \t\r\n")
+        if len(stripped) == len(body) or not stripped.startswith(b"<?xml"):
+            return head
+        end = stripped.find(b"?>")
+        if end < 0 or not stripped[5:6].isspace():
+            return head
+        self._warn(
+            "declaration",
+            "whitespace before the XML declaration (not well-formed XML): read without it",
+            1,
+        )
+        gap = body[: len(body) - len(stripped)]
+        return bom + stripped[: end + 2] + gap + stripped[end + 2 :]
 
     def _check_root(self, root: Any) -> None:
         if self._root_checked:
