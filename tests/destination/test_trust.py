@@ -986,3 +986,27 @@ def test_a_source_dated_at_year_one_is_followed(tmp_path: Path) -> None:
         assert (code, _set(summary)["changes"]) == (0, 0), summary
         code, report = cli_json("audit", b, dest)
         assert code == 0 and report["in_sync"] == 1, report
+
+
+def test_a_resource_list_without_its_time_is_followed_and_said(tmp_path: Path) -> None:
+    """A Resource List without `at` (Appendix A makes it mandatory; simple generators leave it
+    out) beside a Change List: which listed changes come after it cannot be told, so the copy
+    is the Resource List's on every run (a baseline) — and each run now says so, instead of
+    an ok that hid a change the Change List gives and the Resource List does not show yet."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"], src.files["/b.txt"] = b"alpha", b"beta"
+        src.publish([entry(b, "/a.txt", b"alpha"), entry(b, "/b.txt", b"beta")])
+        timeless = src.docs["/resourcelist.xml"].replace(b' at="2024-01-01T00:00:00Z"', b"")
+        src.docs["/resourcelist.xml"] = timeless
+        change = {"change": "updated", "datetime": "2024-02-01T00:00:00Z"}
+        src.docs["/changelist.xml"] = urlset(
+            "changelist", [{**entry(b, "/b.txt", b"BETA"), **change}], **{"from": AT}
+        )
+        for _ in range(2):
+            code, summary = cli_json("sync", b, dest)
+            assert code == 0 and summary["sets"][0]["mode"] == "baseline", summary
+            said = [p["message"] for p in summary["sets"][0]["problems"]]
+            assert len(said) == 1 and "the Resource List gives no time (`at`" in said[0], said
+            assert tree(dest) == {"a.txt": b"alpha", "b.txt": b"beta"}

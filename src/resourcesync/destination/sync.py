@@ -159,6 +159,14 @@ class _Syncer:
             new_cursor = Cursor(at) if at is not None else None
             baseline_at = at
             cl = s.url("changelist")
+            if at is None and (cl or s.url("changedump")) and report.incomplete is None:
+                # Not silently: the copy is the Resource List's, whatever its Change Lists say.
+                report.problem(
+                    s.url("resourcelist") or s.url("resourcedump") or s.name,
+                    "warning: the Resource List gives no time (`at`, which Appendix A makes "
+                    "mandatory): which of the listed changes come after it cannot be told, so "
+                    "none is applied; each run is a baseline from the Resource List",
+                )
             if new_cursor is not None and cl is not None and report.incomplete is None:
                 # The Resource List is the Source at its `at`; the changes listed after it
                 # bring the copy to the Source's present, in the same run — a baseline that
