@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import statistics
 import threading
@@ -91,9 +92,27 @@ class Follower:
         assert not self.thread.is_alive()
 
 
+def _behind_a_token(app: Any, token: str) -> Any:
+    """`app`, answering 401 to every request without `Authorization: Bearer TOKEN`."""
+    from starlette.responses import PlainTextResponse
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization")
+            if given != f"Bearer {token}".encode():
+                await PlainTextResponse("sign in", status_code=401)(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 @contextlib.contextmanager
-def published_site(tmp_path: Path, files: dict[str, str]) -> Iterator[tuple[Path, Any, str]]:
-    """FILES published (set1, notifying a hub of ours) and served: (data, config, site)."""
+def published_site(
+    tmp_path: Path, files: dict[str, str], *, token: str | None = None
+) -> Iterator[tuple[Path, Any, str]]:
+    """FILES published (set1, notifying a hub of ours) and served: (data, config, site); with
+    `token`, only to requests that give it."""
     data = tmp_path / "data"
     data.mkdir()
     for name, text in files.items():
@@ -107,7 +126,8 @@ def published_site(tmp_path: Path, files: dict[str, str]) -> Iterator[tuple[Path
             docs_url=site,
         )
         publish(config)
-        with serve_on(create_app(tmp_path / "out"), site_port):
+        app = create_app(tmp_path / "out")
+        with serve_on(app if token is None else _behind_a_token(app, token), site_port):
             yield data, config, site
 
 
@@ -139,6 +159,21 @@ def test_a_followed_change_arrives(tmp_path: Path) -> None:
     assert kinds[0] == "synced" and "subscribed" in kinds and "applied" in kinds
     assert kinds[-1] == "unsubscribed"
     assert statistics.median(latencies) < 2.0, latencies
+
+
+def test_a_source_behind_a_token_is_followed(tmp_path: Path) -> None:
+    """`sync --follow --token`: the first sync had the token, and nothing after it did (the
+    discovery of the hubs, the notifications' syncs): following a Source that asks for one
+    stopped at once with HTTP 401."""
+    with published_site(tmp_path, {"a.txt": "first"}, token="T") as (data, config, site):
+        dest = tmp_path / "copy"
+        options = dataclasses.replace(_options(), headers={"Authorization": "Bearer T"})
+        follower = Follower(site, dest, options, lease=60)
+        follower.subscribed()
+        (data / "a.txt").write_text("changed")
+        publish(config)
+        wait_for(lambda: (dest / "files" / "a.txt").read_text() == "changed")
+        follower.finish()
 
 
 def test_unsigned_and_forged_notifications_are_dropped(tmp_path: Path) -> None:

@@ -178,6 +178,12 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "(by default such a run deletes nothing and exits 1: an outage looks the same).",
         ),
         click.option(
+            "--any-address",
+            is_flag=True,
+            help="Let redirects, mirrors and the documents' links lead to loopback, private "
+            "and link-local addresses (by default only where the Source itself is).",
+        ),
+        click.option(
             "--lookback",
             type=DURATION_OR_ZERO,
             default="10m",
@@ -282,6 +288,7 @@ def _options(**o: Any) -> SyncOptions:
         since=o.get("since"),
         backup_dir=o.get("backup_dir"),
         bwlimit=o.get("bwlimit"),
+        any_address=bool(o.get("any_address")),
     )
 
 

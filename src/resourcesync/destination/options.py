@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from ..filters import PathFilter
 from ..http import Bandwidth, HttpOptions, origin
+from ..http.reach import Reach
 
 if TYPE_CHECKING:
     import httpx
@@ -83,6 +84,10 @@ class SyncOptions:
     backup_dir: Path | None = None
     #: Bytes per second all of a run's transfers share (rclone's --bwlimit); None: no limit.
     bwlimit: int | None = None
+    #: Let requests go to loopback, private and link-local addresses wherever the Source's
+    #: documents and answers lead (`--any-address`); by default only to the kinds of address
+    #: the Source itself is on (`http.reach`). Ignored when `http.reach` is given.
+    any_address: bool = False
 
     def __post_init__(self) -> None:
         # From Python paths may be str and lists lists (issue 14.15).
@@ -110,15 +115,23 @@ class Run:
 
 
 def scoped(options: SyncOptions, source: str) -> SyncOptions:
-    """Credentials (`--header`, `--token`) go to the Source's own host on every request —
-    documents and resources — and to no other host."""
-    if not options.headers or options.http.scoped_headers:
-        return options
-    parts = urlsplit(source)
-    if not parts.hostname:
-        return options
-    hosts = frozenset({origin(parts.scheme, parts.hostname, parts.port)})
-    http = dataclasses.replace(
-        options.http, scoped_headers=dict(options.headers), scoped_hosts=hosts
-    )
-    return dataclasses.replace(options, http=http)
+    """The run's options as they hold for `source`: credentials (`--header`, `--token`) go to
+    the Source's own host on every request — documents and resources — and to no other host;
+    requests go to the public Internet, the Source's host, the hosts its mappings name and the
+    kinds of address the Source is on (`http.reach`), unless `any_address`."""
+    http = options.http
+    if http.reach is None and not options.any_address:
+        mapped = [prefix for prefix, _ in options.mappings]
+        http = dataclasses.replace(http, reach=Reach.around(source, mapped))
+    if options.headers and not http.scoped_headers:
+        try:
+            parts = urlsplit(source)
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            host = None  # not a URL: discovery says so, in one line
+        if host:
+            hosts = frozenset({origin(parts.scheme, host, port)})
+            http = dataclasses.replace(
+                http, scoped_headers=dict(options.headers), scoped_hosts=hosts
+            )
+    return options if http is options.http else dataclasses.replace(options, http=http)

@@ -46,6 +46,7 @@ from ..http import HttpOptions, RetryPolicy, make_client
 from ..model import Capability, Resource
 from ..sitemap import open_document
 from .discover import SetInfo, SourceInfo, discover
+from .options import scoped
 from .plan import InOrder
 from .sync import SetReport, SyncOptions, SyncReport, _Syncer, sync
 from .websub import Callbacks, Channel, Endpoint, Event, Inbox, Subscriber, serve_callbacks
@@ -307,6 +308,9 @@ def follow(
     report = on_event or (lambda kind, detail: None)
     stop = stop or threading.Event()
     fo = follow_options
+    # Credentials to the Source's host, and the run's reach, for every request here as in
+    # the syncs: discovery, the notifications' syncs, the hubs.
+    options = scoped(options, source)
     reports = [sync(source, dest, options)]
     report("synced", reports[-1])
     with make_client(options.http) as client:
@@ -323,6 +327,7 @@ def follow(
         timeout=min(options.http.timeout, 10.0),
         connect_timeout=min(options.http.connect_timeout, 5.0),
         retry=RetryPolicy(retries=0),
+        reach=options.http.reach,
     )
     inbox: Inbox = queue.Queue()
     callbacks = Callbacks(inbox, report)

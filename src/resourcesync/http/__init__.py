@@ -30,6 +30,7 @@ from ..sniff import media_type
 from ..units import ascii_int
 from ..w3cdt import parse_http_date
 from . import tls
+from .reach import Reach
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -151,6 +152,9 @@ class HttpOptions:
     deadline: float = DEFAULT_DEADLINE
     min_rate: float = DEFAULT_MIN_RATE
     rate_window: float = 30.0
+    #: Where requests may go beside the public Internet (`reach`: a Destination's wall
+    #: against what a Source's documents point to); None: anywhere.
+    reach: Reach | None = None
 
 
 def _tls_context() -> ssl.SSLContext:
@@ -276,9 +280,16 @@ def _hooks(options: HttpOptions, asynchronous: bool) -> dict[str, list[Any]]:
         if options.scoped_headers:
             _scope(options, request, told)
 
+    def refuse(url: str, why: str | None) -> None:
+        if why is not None:
+            raise FetchError(f"refused: {why}", source=url)
+
     if asynchronous:
 
         async def request_hook(request: httpx.Request) -> None:
+            if options.reach is not None:
+                url = str(request.url)
+                refuse(url, await options.reach.why_not_async(url))
             on_request(request)
 
         async def response_hook(response: httpx.Response) -> None:
@@ -289,7 +300,13 @@ def _hooks(options: HttpOptions, asynchronous: bool) -> dict[str, list[Any]]:
     def on_response(response: httpx.Response) -> None:
         _guard(options, response, asynchronous=False)
 
-    return {"request": [on_request], "response": [on_response]}
+    def sync_request_hook(request: httpx.Request) -> None:
+        if options.reach is not None:
+            url = str(request.url)
+            refuse(url, options.reach.why_not(url))
+        on_request(request)
+
+    return {"request": [sync_request_hook], "response": [on_response]}
 
 
 class _Inflate(Inflate):

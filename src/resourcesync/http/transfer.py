@@ -242,6 +242,11 @@ class TransferSession:
             raise RuntimeError("TransferSession used outside its `async with`")
         current = url
         for _ in range(MAX_REDIRECTS + 1):
+            if opts.reach is not None:
+                # Every hop, before anything is sent: a redirect, a mirror, a package.
+                why = await opts.reach.why_not_async(current)
+                if why is not None:
+                    raise FetchError(f"refused: {why}", source=url)
             target = _url(current)
             headers = self._headers(current, extra, opts)
             proxy, proxy_headers = (

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ..http import RetryPolicy
+from ..http.reach import NAT64_LOCAL, embedded_ipv4
 from .topics import normalise_topic
 
 __all__ = ["AddressPolicy", "HubConfig", "IPNetwork", "embedded_ipv4", "parse_network"]
@@ -30,30 +31,6 @@ def parse_network(text: str) -> IPNetwork | None:
         return ipaddress.ip_network(text.strip(), strict=False)
     except ValueError:
         return None
-
-
-_COMPATIBLE = ipaddress.IPv6Network("::/96")  # IPv4-compatible (deprecated, RFC 4291)
-_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")  # IPv4-translated (RFC 2765)
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # well-known NAT64 prefix (RFC 6052)
-_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # local-use NAT64 (RFC 8215)
-
-
-def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address stands for or leads to, if any: IPv4-mapped,
-    IPv4-compatible, IPv4-translated, NAT64 (64:ff9b::/96), 6to4 (2002::/16), Teredo (the
-    client)."""
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if ip.teredo is not None:
-        return ip.teredo[1]
-    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    if ip in _NAT64 or ip in _TRANSLATED:
-        return low
-    if ip in _COMPATIBLE and int(ip) > 1:  # not :: nor ::1
-        return low
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +67,7 @@ class AddressPolicy:
         if any(ip.version == net.version and ip in net for net in self.networks):
             return True
         if isinstance(ip, ipaddress.IPv6Address):
-            if ip in _NAT64_LOCAL:
+            if ip in NAT64_LOCAL:
                 return self.allow_private  # a site's own translator: a way into its network
             embedded = embedded_ipv4(ip)
             if embedded is not None:
@@ -149,7 +126,7 @@ class AddressPolicy:
                     "loopback"
                     if judged.is_loopback
                     else "not public"
-                    if not judged.is_global or ip in _NAT64_LOCAL
+                    if not judged.is_global or ip in NAT64_LOCAL
                     else "not in the allow-list"
                 )
                 if judged is not ip:
