@@ -12,6 +12,7 @@ on a public address, and 127.0.0.3 stands for the machine's own services.
 from __future__ import annotations
 
 import ipaddress
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,27 @@ def test_behind_a_proxy_names_are_the_proxys_to_resolve() -> None:
     bypassed = Reach(hosts=public, _proxies={"http": "http://10.0.0.1:3128", "no": "localhost"})
     why = bypassed.why_not("http://localhost:6379/")
     assert why is not None and "is a loopback address" in why
+
+
+def test_a_name_that_resolves_anew_is_judged_where_the_connection_goes(tmp_path: Path) -> None:
+    """DNS rebinding: a name judged a moment ago (when its DNS answer was a public address:
+    the judgement is kept a minute) resolves to the machine's own address when the transfer
+    connects. The addresses the connection is made to are judged there: refused."""
+    inside = Inside()
+    with hand_source() as src, serve(inside.app()) as there:
+        port = there.rsplit(":", 1)[1]
+
+        async def away(request: Request) -> Response:
+            return RedirectResponse(f"http://localhost:{port}/a.txt", status_code=302)
+
+        src.handlers["/a.txt"] = away
+        src.publish([{"loc": f"{src.base}/a.txt"}])
+        options = _options(src)
+        reach = options.http.reach
+        assert reach is not None
+        reach._cache[f"http://localhost:{port}"] = (time.monotonic() + 60, None)
+        report = sync(src.base, tmp_path / "dest", options)
+        assert not report.ok and tree(tmp_path / "dest") == {}
+        said = " ".join(p.message for s in report.sets for p in s.problems)
+        assert "refused: localhost (127.0.0.1) is a loopback address" in said, said
+        assert inside.asked == []

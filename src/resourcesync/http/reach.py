@@ -13,9 +13,10 @@ Source on `127.0.0.1` may lead to other loopback addresses, one in a private net
 network): a host that is, or resolves to, another kind of address is refused before any
 request is sent to it. A request
 that goes through a proxy (HTTP_PROXY, …) is judged by its host when that is an address, and
-left to the proxy when it is a name (the proxy resolves it, not this machine). A name whose DNS
-answer changes between the check and the connection (DNS rebinding) is the remaining gap, as
-for the hub's wall.
+left to the proxy when it is a name (the proxy resolves it, not this machine). The transfers
+judge again the addresses their connections are made to (`judge_resolved`, in the resolver):
+a name whose DNS answer changes after the first check (DNS rebinding) does not get through
+there; the documents' requests are judged once a minute by name, the hub's gap.
 
 Ground floor beside `http`: imports nothing of ours.
 """
@@ -193,6 +194,13 @@ class Reach:
         if proxied or _literal(host) is not None:
             return key, None, self._keep(key, self._judge(host, None))
         return key, (host, port), None
+
+    def judge_resolved(self, host: str, addresses: Iterable[str]) -> str | None:
+        """Why a connection to `host` must not go to these of its addresses (what a resolver
+        gave the connection itself: no second lookup for DNS to answer otherwise), or None."""
+        if host.lower() in self.hosts:
+            return None
+        return self._judge(host, {a.partition("%")[0] for a in addresses})
 
     def _target(self, url: str) -> tuple[str | None, int, bool]:
         """The host of `url` to judge (None: nothing to judge), its port, and whether a proxy

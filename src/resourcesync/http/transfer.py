@@ -21,6 +21,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import threading
 import time
 import urllib.request
@@ -34,6 +35,8 @@ from ..errors import FetchError
 
 with importing_aiohttp():  # in the program, without the default contexts' CA loads
     import aiohttp
+    from aiohttp.abc import AbstractResolver, ResolveResult
+    from aiohttp.resolver import DefaultResolver
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
@@ -55,6 +58,7 @@ from . import (
     retry_after_seconds,
     scope_headers,
 )
+from .reach import Reach
 
 __all__ = ["MAX_REDIRECTS", "Fetched", "TransferSession", "run_loop"]
 
@@ -157,14 +161,20 @@ class TransferSession:
         self._proxies = urllib.request.getproxies_environment()
         self._proxy_for: dict[tuple[str, str], tuple[URL | None, dict[str, str] | None]] = {}
         self._base = CIMultiDict(base_headers(options))
+        self._resolver: _WalledResolver | None = None
 
     async def __aenter__(self) -> TransferSession:
         opts = self.options
+        if opts.reach is not None and not self._proxies:
+            # The addresses each connection is made to are judged as they are resolved (a
+            # proxy resolves the names it is given: then the hops' checks are the wall).
+            self._resolver = _WalledResolver(opts.reach)
         connector = aiohttp.TCPConnector(
             limit=self._limit,
             limit_per_host=self._per_host,
             ssl=_tls_context(),
             ttl_dns_cache=300,
+            resolver=self._resolver,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -194,6 +204,9 @@ class TransferSession:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+        if self._resolver is not None:
+            resolver, self._resolver = self._resolver, None
+            await resolver.close()
 
     def _proxy(self, scheme: str, host: str) -> tuple[URL | None, dict[str, str] | None]:
         """The proxy for requests to `host` over `scheme`, if any, and the headers for it
@@ -457,6 +470,27 @@ async def _relaying_signals(main: Coroutine[Any, Any, T]) -> T:
     if raised:
         raise raised[0]
     return result
+
+
+class _WalledResolver(AbstractResolver):
+    """aiohttp's resolver, whose answers are judged by the run's reach before a connection is
+    made to them (`Reach.judge_resolved`)."""
+
+    def __init__(self, reach: Reach) -> None:
+        self._reach = reach
+        self._inner = DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await self._inner.resolve(host, port, family)
+        why = self._reach.judge_resolved(host, [r["host"] for r in found])
+        if why is not None:
+            raise OSError(f"refused: {why}")
+        return found
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 def _bypass(host: str, proxies: dict[str, str]) -> bool:
