@@ -346,6 +346,21 @@ def entry(base: str, rel: str, body: bytes, **extra: Any) -> dict[str, Any]:
     return {"loc": base + rel, "length": len(body), "md5": md5(body), **extra}
 
 
+def behind_a_token(app: Any, token: str) -> Any:
+    """`app`, answering 401 to every request without `Authorization: Bearer TOKEN`."""
+    from starlette.responses import PlainTextResponse
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization")
+            if given != f"Bearer {token}".encode():
+                await PlainTextResponse("sign in", status_code=401)(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 @contextlib.contextmanager
 def hand_source() -> Iterator[HandSource]:
     src = HandSource()

@@ -23,6 +23,7 @@ from resourcesync.model import Resource
 from resourcesync.source.config import PublishConfig, SetConfig
 from resourcesync.source.publish import publish
 from resourcesync.source.server import create_app
+from tests.destination.helpers import behind_a_token
 from tests.hub.conftest import fast_config, run_hub
 from tests.servers import serve
 
@@ -92,21 +93,6 @@ class Follower:
         assert not self.thread.is_alive()
 
 
-def _behind_a_token(app: Any, token: str) -> Any:
-    """`app`, answering 401 to every request without `Authorization: Bearer TOKEN`."""
-    from starlette.responses import PlainTextResponse
-
-    async def guarded(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            given = dict(scope["headers"]).get(b"authorization")
-            if given != f"Bearer {token}".encode():
-                await PlainTextResponse("sign in", status_code=401)(scope, receive, send)
-                return
-        await app(scope, receive, send)
-
-    return guarded
-
-
 @contextlib.contextmanager
 def published_site(
     tmp_path: Path, files: dict[str, str], *, token: str | None = None
@@ -127,7 +113,7 @@ def published_site(
         )
         publish(config)
         app = create_app(tmp_path / "out")
-        with serve_on(app if token is None else _behind_a_token(app, token), site_port):
+        with serve_on(app if token is None else behind_a_token(app, token), site_port):
             yield data, config, site
 
 

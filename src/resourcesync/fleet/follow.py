@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..destination.discover import discover
+from ..destination.options import SyncOptions, scoped
 from ..destination.websub import Callbacks, Channel, Inbox, Subscriber, serve_callbacks
 from ..errors import ResourceSyncError
-from ..http import HttpOptions, RetryPolicy, make_client
+from ..http import HttpOptions, RetryPolicy, make_client, options_of
 from .store import open_store
 
 __all__ = ["Notifications"]
@@ -113,8 +114,14 @@ class Notifications:
         for row in store.rows():
             if not row.entry.follow or row.name in known:
                 continue
+            # Read as its syncs read it: with its credentials, within its reach.
+            options = scoped(
+                SyncOptions(headers=dict(row.entry.headers), http=options_of(client)),
+                row.entry.source,
+            )
             try:
-                info = discover(row.entry.source, client=client)
+                with make_client(options.http) as source_client:
+                    info = discover(row.entry.source, client=source_client)
             except (ResourceSyncError, OSError) as exc:
                 self.report("follow-unavailable", f"{row.name}: {exc}")
                 continue
@@ -124,6 +131,11 @@ class Notifications:
             ]
             if not channels:
                 self.report("no-channel", f"{row.name}: the Source offers no notification channel")
+            reach = options.http.reach
             for ch in channels:
+                why = reach.why_not(ch.hub) if reach is not None else None
+                if why is not None:
+                    self.report("follow-unavailable", f"{row.name}: hub {ch.hub}: refused: {why}")
+                    continue
                 owners[id(ch)] = row.name
                 subscriber.channels.append(ch)
