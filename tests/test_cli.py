@@ -881,3 +881,27 @@ def test_a_malformed_url_is_one_line_and_2(command: str, url: str, tmp_path: Pat
     reasons = ("not a valid URL", "cannot connect", "request failed")
     assert any(why in problems[0] for why in reasons), problems
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_validate_and_cat_take_the_credentials_sync_takes(tmp_path: Path) -> None:
+    """A Source behind a token could be synced (`--token`) but not validated nor listed: the
+    documents' requests were sent without it (HTTP 401, exit 2). `--header` and `--token` go
+    to the targets' own origins, as `sync` sends them to its Source's."""
+    from tests.destination.helpers import HandSource, behind_a_token, entry
+    from tests.servers import serve
+
+    src = HandSource()
+    with serve(behind_a_token(src.app(), "T")) as base:
+        src.base = base
+        src.files["/a.txt"] = b"alpha"
+        src.publish([entry(base, "/a.txt", b"alpha")])
+        target = f"{base}/capabilitylist.xml"
+        refused = run("validate", target, "--follow")
+        assert refused.exit_code == 2 and "401" in refused.stderr, refused.stderr
+        # Read whole with it (the hand-made documents lack their `up` links: findings, exit 1).
+        read = run("validate", target, "--follow", "--token", "T")
+        assert read.exit_code == 1 and "3 documents, 3 entries" in read.output, read.output
+        header = ("--header", "Authorization: Bearer T")
+        listed = run("cat", f"{base}/resourcelist.xml", *header)
+        assert listed.exit_code == 0 and f"{base}/a.txt" in listed.stdout, listed.stderr
+        assert run("cat", f"{base}/resourcelist.xml").exit_code == 2

@@ -45,6 +45,19 @@ def json_default(value: object) -> object:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
+def request_headers(values: tuple[str, ...], token: str | None) -> dict[str, str]:
+    """`--header 'Name: value'` (repeatable) and `--token` as request headers."""
+    headers = {}
+    for v in values:
+        name, sep, value = v.partition(":")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"a header is 'Name: value', not {v!r}", param_hint="--header")
+        headers[name.strip()] = value.strip()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
 def emit_json(obj: object) -> None:
     """One JSON object on one line of stdout."""
     import json  # (only for --json: not paid by every command)

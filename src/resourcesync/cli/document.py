@@ -22,7 +22,15 @@ from ..sitemap.read import is_url
 from ..sitemap.rules import ERROR, Finding
 from ..units import parse_size
 from ..w3cdt import format_w3c
-from ._common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, emit_json, handle_errors, plural
+from ._common import (
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    emit_json,
+    handle_errors,
+    plural,
+    request_headers,
+)
 
 
 @functools.cache
@@ -54,15 +62,31 @@ def _size(text: str) -> int:
 
 
 @contextlib.contextmanager
-def http_client(targets: Sequence[str], timeout: float) -> Iterator[Any]:
+def http_client(
+    targets: Sequence[str], timeout: float, headers: dict[str, str] | None = None
+) -> Iterator[Any]:
     """One HTTP client for the command when any target is a URL (httpx is imported only then:
-    listing a local file should not pay for it)."""
-    if not any(is_url(t) for t in targets):
+    listing a local file should not pay for it). `headers` (`--header`, `--token`) go to the
+    targets' own origins only, as `sync` sends them to its Source's."""
+    urls = [t for t in targets if is_url(t)]
+    if not urls:
         yield None
         return
-    from ..http import HttpOptions, make_client
+    from urllib.parse import urlsplit
 
-    with make_client(HttpOptions(timeout=timeout)) as client:
+    from ..http import HttpOptions, make_client, origin
+
+    options = HttpOptions(timeout=timeout)
+    if headers:
+        hosts = set()
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.hostname:
+                hosts.add(origin(parts.scheme, parts.hostname, parts.port))
+        options = HttpOptions(
+            timeout=timeout, scoped_headers=headers, scoped_hosts=frozenset(hosts)
+        )
+    with make_client(options) as client:
         yield client
 
 
@@ -82,6 +106,18 @@ def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
     func = click.option(
         "--timeout", default=30.0, show_default=True, help="HTTP timeout in seconds."
+    )(func)
+    func = click.option(
+        "--header",
+        "header",
+        multiple=True,
+        metavar="'NAME: VALUE'",
+        help="Request header for the targets' own hosts (repeatable).",
+    )(func)
+    func = click.option(
+        "--token",
+        envvar="RESOURCESYNC_TOKEN",
+        help="Bearer token for the targets' own origins (or RESOURCESYNC_TOKEN).",
     )(func)
     return func
 
@@ -114,6 +150,8 @@ def validate(
     maps: tuple[str, ...],
     max_size: str,
     timeout: float,
+    header: tuple[str, ...],
+    token: str | None,
 ) -> None:
     """Check documents (files or URLs) against the ResourceSync rules.
 
@@ -135,7 +173,7 @@ def validate(
             f"{_escape(where)}: [{colour}]{f.level}[/{colour}]: {_escape(f.message)}{entry}"
         )
 
-    with http_client(targets, timeout) as client:
+    with http_client(targets, timeout, request_headers(header, token)) as client:
         report = validate_documents(
             list(targets),
             follow=follow,
@@ -236,7 +274,14 @@ def _row(res: Resource) -> str:
 @reading_options
 @handle_errors
 def cat(
-    target: str, follow: bool, as_json: bool, maps: tuple[str, ...], max_size: str, timeout: float
+    target: str,
+    follow: bool,
+    as_json: bool,
+    maps: tuple[str, ...],
+    max_size: str,
+    timeout: float,
+    header: tuple[str, ...],
+    token: str | None,
 ) -> None:
     """List the entries of a document (file or URL).
 
@@ -249,7 +294,7 @@ def cat(
       resourcesync cat resourcelist.xml --json | jq -r .loc
     """
     tty = sys.stdout.isatty()
-    with http_client([target], timeout) as client:
+    with http_client([target], timeout, request_headers(header, token)) as client:
         for visit in walk(
             target,
             mode=FOLLOW_ALL if follow else FOLLOW_NONE,

@@ -20,6 +20,7 @@ from ._common import (
     fail,
     handle_errors,
     plural,
+    request_headers,
     show_progress,
     stderr_console,
     summary_line,
@@ -41,18 +42,6 @@ def _mappings(values: tuple[str, ...]) -> list[tuple[str, Path]]:
             raise click.BadParameter(f"a mapping is URI_PREFIX=DIR, not {v!r}", param_hint="--map")
         out.append((prefix, Path(directory)))
     return out
-
-
-def _headers(values: tuple[str, ...], token: str | None) -> dict[str, str]:
-    headers = {}
-    for v in values:
-        name, sep, value = v.partition(":")
-        if not sep or not name.strip():
-            raise click.BadParameter(f"a header is 'Name: value', not {v!r}", param_hint="--header")
-        headers[name.strip()] = value.strip()
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    return headers
 
 
 class _Size(click.ParamType[int]):
@@ -273,7 +262,7 @@ def _options(**o: Any) -> SyncOptions:
         delay=o.get("delay", 0.0),
         checksum=o.get("checksum", True),
         fsync=bool(o.get("fsync")),
-        headers=_headers(o.get("header") or (), o.get("token")),
+        headers=request_headers(o.get("header") or (), o.get("token")),
         http=http,
         mappings=_mappings(o.get("maps") or ()),
         set=o.get("set_"),
