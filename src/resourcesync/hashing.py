@@ -3,8 +3,8 @@
 The `hash` attribute holds one or more space-separated `algorithm:value` tokens, hex-encoded
 digests (core §7). The spec's examples are md5 and sha-256; the tokens are the IANA Hash
 Function Textual Names, and we compute every one of them hashlib always has: md5, sha-1,
-sha-224, sha-256, sha-384, sha-512 (`ALGORITHMS`). Other algorithm tokens are kept as read by
-`parse_hashes`; a Destination's reader sets them aside (they check nothing here).
+sha-224, sha-256, sha-384, sha-512 (`ALGORITHMS`). Other algorithm tokens are kept as read
+(`parse_hashes`, the reader); `checkable` gives the digests a copy is verified against.
 
 Ground floor: imports nothing of ours.
 """
