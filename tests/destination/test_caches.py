@@ -366,9 +366,10 @@ def _package(base: str, files: dict[str, bytes], at: float) -> bytes:
     )
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
-        z.writestr("manifest.xml", manifest)
-        for rel, body in files.items():
-            z.writestr(rel, body)
+        # Members dated once for all (writestr dates them now): the same files make the same
+        # bytes, whenever the package is built.
+        for name, data in [("manifest.xml", manifest), *files.items()]:
+            z.writestr(zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0)), data)
     return out.getvalue()
 
 
