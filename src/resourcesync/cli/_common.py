@@ -45,6 +45,25 @@ def json_default(value: object) -> object:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
+def credential_options(whose: str) -> list[Callable[[Any], Any]]:
+    """`--header` and `--token`, sent to `whose` origins only (`request_headers` reads them)."""
+    return [
+        click.option(
+            "--header",
+            "header",
+            multiple=True,
+            metavar="'NAME: VALUE'",
+            help=f"Request header for {whose} host (repeatable).",
+        ),
+        click.option(
+            "--token",
+            envvar="RESOURCESYNC_TOKEN",
+            help=f"Bearer token for {whose} origin (or RESOURCESYNC_TOKEN, which keeps it out "
+            "of process listings and shell history).",
+        ),
+    ]
+
+
 def request_headers(values: tuple[str, ...], token: str | None) -> dict[str, str]:
     """`--header 'Name: value'` (repeatable) and `--token` as request headers."""
     headers = {}

@@ -26,6 +26,7 @@ from ._common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
     EXIT_OK,
+    credential_options,
     emit_json,
     handle_errors,
     plural,
@@ -72,21 +73,9 @@ def http_client(
     if not urls:
         yield None
         return
-    from urllib.parse import urlsplit
+    from ..http import HttpOptions, make_client, scoped_to
 
-    from ..http import HttpOptions, make_client, origin
-
-    options = HttpOptions(timeout=timeout)
-    if headers:
-        hosts = set()
-        for url in urls:
-            parts = urlsplit(url)
-            if parts.hostname:
-                hosts.add(origin(parts.scheme, parts.hostname, parts.port))
-        options = HttpOptions(
-            timeout=timeout, scoped_headers=headers, scoped_hosts=frozenset(hosts)
-        )
-    with make_client(options) as client:
+    with make_client(scoped_to(HttpOptions(timeout=timeout), headers or {}, urls)) as client:
         yield client
 
 
@@ -107,18 +96,8 @@ def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option(
         "--timeout", default=30.0, show_default=True, help="HTTP timeout in seconds."
     )(func)
-    func = click.option(
-        "--header",
-        "header",
-        multiple=True,
-        metavar="'NAME: VALUE'",
-        help="Request header for the targets' own hosts (repeatable).",
-    )(func)
-    func = click.option(
-        "--token",
-        envvar="RESOURCESYNC_TOKEN",
-        help="Bearer token for the targets' own origins (or RESOURCESYNC_TOKEN).",
-    )(func)
+    for option in credential_options("the targets' own"):
+        func = option(func)
     return func
 
 

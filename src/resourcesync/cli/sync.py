@@ -16,6 +16,7 @@ from ._common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
     EXIT_OK,
+    credential_options,
     emit_json,
     fail,
     handle_errors,
@@ -139,19 +140,7 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help="Seconds one connect or read may wait without progress.",
         ),
-        click.option(
-            "--header",
-            "header",
-            multiple=True,
-            metavar="'NAME: VALUE'",
-            help="Request header for the Source's own host (repeatable).",
-        ),
-        click.option(
-            "--token",
-            envvar="RESOURCESYNC_TOKEN",
-            help="Bearer token for the Source's own origin (or RESOURCESYNC_TOKEN, which "
-            "keeps it out of process listings and shell history).",
-        ),
+        *credential_options("the Source's own"),
         click.option(
             "--max-delete",
             type=click.IntRange(min=0),

@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from ..filters import PathFilter
-from ..http import Bandwidth, HttpOptions, origin
+from ..http import Bandwidth, HttpOptions, scoped_to
 from ..http.reach import Reach
 
 if TYPE_CHECKING:
@@ -124,14 +123,5 @@ def scoped(options: SyncOptions, source: str) -> SyncOptions:
         mapped = [prefix for prefix, _ in options.mappings]
         http = dataclasses.replace(http, reach=Reach.around(source, mapped))
     if options.headers and not http.scoped_headers:
-        try:
-            parts = urlsplit(source)
-            host, port = parts.hostname, parts.port
-        except ValueError:
-            host = None  # not a URL: discovery says so, in one line
-        if host:
-            hosts = frozenset({origin(parts.scheme, host, port)})
-            http = dataclasses.replace(
-                http, scoped_headers=dict(options.headers), scoped_hosts=hosts
-            )
+        http = scoped_to(http, options.headers, [source])
     return options if http is options.http else dataclasses.replace(options, http=http)

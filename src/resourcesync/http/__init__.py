@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import importlib.util
 import logging
 import ssl
@@ -55,6 +56,7 @@ __all__ = [
     "options_of",
     "origin",
     "retry_after_seconds",
+    "scoped_to",
 ]
 
 USER_AGENT = f"resourcesync/{__version__} (+https://pypi.org/project/resourcesync/)"
@@ -171,6 +173,23 @@ def origin(scheme: str, host: str, port: int | None) -> str:
     default = {"http": 80, "https": 443}.get(scheme)
     host = host.lower()
     return f"{scheme}://{host}" if port is None or port == default else f"{scheme}://{host}:{port}"
+
+
+def scoped_to(options: HttpOptions, headers: Mapping[str, str], urls: Iterable[str]) -> HttpOptions:
+    """`options` sending `headers` (credentials) to the origins of `urls` and to no other; a
+    text among `urls` that is not a URL scopes nothing (it is said where it is read)."""
+    hosts = set()
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            continue
+        if host:
+            hosts.add(origin(parts.scheme, host, port))
+    if not headers or not hosts:
+        return options
+    return dataclasses.replace(options, scoped_headers=dict(headers), scoped_hosts=frozenset(hosts))
 
 
 def scope_headers(
