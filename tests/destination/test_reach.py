@@ -134,7 +134,8 @@ def test_the_command_walls_a_run_in_by_default(tmp_path: Path) -> None:
         ("10.0.0.7", "private"),
         ("100.64.0.1", "private"),
         ("0.0.0.0", "unspecified"),
-        ("224.0.0.1", "reserved"),
+        ("224.0.0.1", "multicast"),
+        ("240.0.0.1", "reserved"),
         ("64:ff9b::a9fe:a9fe", "link-local"),  # 169.254.169.254 through NAT64
     ],
 )

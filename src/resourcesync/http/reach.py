@@ -68,8 +68,8 @@ def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 
 def address_kind(ip: IPAddress) -> str:
     """`public`, `loopback`, `link-local` (cloud metadata services are), `private` (RFC 1918,
-    unique local, shared, …), `unspecified` (`0.0.0.0` reaches this machine) or `reserved`
-    (multicast and the rest)."""
+    unique local, shared, …), `unspecified` (`0.0.0.0` reaches this machine), `multicast` or
+    `reserved`. An IPv6 address that embeds an IPv4 one is the kind of that one."""
     if isinstance(ip, ipaddress.IPv6Address):
         if ip in NAT64_LOCAL:
             return "private"  # a site's own translator: a way into its network
@@ -82,7 +82,9 @@ def address_kind(ip: IPAddress) -> str:
         return "unspecified"
     if ip.is_link_local:
         return "link-local"
-    if ip.is_multicast or ip.is_reserved:
+    if ip.is_multicast:
+        return "multicast"
+    if ip.is_reserved:
         return "reserved"
     if not ip.is_global:
         return "private"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ..http import RetryPolicy
-from ..http.reach import NAT64_LOCAL, embedded_ipv4
+from ..http.reach import NAT64_LOCAL, address_kind, embedded_ipv4
 from .topics import normalise_topic
 
 __all__ = ["AddressPolicy", "HubConfig", "IPNetwork", "embedded_ipv4", "parse_network"]
@@ -64,24 +64,24 @@ class AddressPolicy:
         return bool(self.networks or self.hosts)
 
     def address_allowed(self, ip: IPAddress) -> bool:
-        if any(ip.version == net.version and ip in net for net in self.networks):
+        if self._listed(ip):
             return True
-        if isinstance(ip, ipaddress.IPv6Address):
-            if ip in NAT64_LOCAL:
-                return self.allow_private  # a site's own translator: a way into its network
+        if isinstance(ip, ipaddress.IPv6Address) and ip not in NAT64_LOCAL:
+            # Judged as the IPv4 address it reaches (loopback behind ::7f00:1, …).
             embedded = embedded_ipv4(ip)
-            if embedded is not None:
-                # Judged as the IPv4 address it reaches (loopback behind ::7f00:1, …).
-                ip = embedded
-                if any(ip.version == net.version and ip in net for net in self.networks):
-                    return True
-        if ip.is_loopback:
+            if embedded is not None and self._listed(embedded):
+                return True
+        kind = address_kind(ip)
+        if kind == "loopback":
             return self.allow_loopback
-        if ip.is_unspecified or ip.is_multicast:
+        if kind in ("unspecified", "multicast"):
             return False
-        if not ip.is_global:
+        if kind != "public":
             return self.allow_private
         return not self.restricted
+
+    def _listed(self, ip: IPAddress) -> bool:
+        return any(ip.version == net.version and ip in net for net in self.networks)
 
     async def check(self, url: str) -> str | None:
         """Why the hub must not send a request to `url`, or None when it may."""
@@ -122,11 +122,12 @@ class AddressPolicy:
                 judged = ip
                 if isinstance(ip, ipaddress.IPv6Address):
                     judged = embedded_ipv4(ip) or ip
+                found = address_kind(ip)
                 kind = (
                     "loopback"
-                    if judged.is_loopback
+                    if found == "loopback"
                     else "not public"
-                    if not judged.is_global or ip in NAT64_LOCAL
+                    if found != "public"
                     else "not in the allow-list"
                 )
                 if judged is not ip:
