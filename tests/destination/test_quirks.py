@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -350,11 +351,37 @@ def test_an_entry_value_that_cannot_be_read_is_read_as_not_given(tmp_path: Path)
         assert result.exit_code == 2 and "rs:md at: not a W3C datetime: ''" in result.stderr
 
 
-def test_a_document_with_a_blank_line_before_its_declaration_is_read(tmp_path: Path) -> None:
-    """A generator's stray newline before `<?xml …?>` (PHP includes, templates): not
-    well-formed XML, and the sync stopped on every run. A Destination moves the declaration
-    before it, said once; line numbers after it are kept. `validate` still calls the document
-    unreadable."""
+PHP_NOTICE = (
+    b"\n<br />\n<b>Notice</b>:  Undefined index: page in <b>/srv/sitemap.php</b> on line <b>41</b>"
+    b"<br />\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("bend", "warning", "unreadable"),
+    [
+        (
+            lambda doc: b"\r\n\n" + doc,
+            "line 1: whitespace before the XML declaration (not well-formed XML): read without it",
+            "XML declaration allowed only at the start",
+        ),
+        (
+            lambda doc: doc + PHP_NOTICE,
+            "line 2: text after the root element (not well-formed XML: Extra content at the end "
+            "of the document): ignored",
+            "Extra content at the end of the document",
+        ),
+    ],
+    ids=["blank-line-before-the-declaration", "php-notice-after-the-root"],
+)
+def test_a_document_bent_around_its_root_element_is_read(
+    tmp_path: Path, bend: Callable[[bytes], bytes], warning: str, unreadable: str
+) -> None:
+    """A generator's stray newline before `<?xml …?>` (PHP includes, templates), or a PHP
+    notice printed after `</urlset>` once the sitemap was written: not well-formed XML, and the
+    sync stopped on every run. A Destination moves the declaration before the blank lines (line
+    numbers after it kept), or reads what the root element holds and ignores what follows;
+    said once. `validate` still calls the document unreadable."""
     bodies = {"a.txt": b"alpha", "b.txt": b"beta"}
     dest = tmp_path / "dest"
     with hand_source() as src:
@@ -363,17 +390,14 @@ def test_a_document_with_a_blank_line_before_its_declaration_is_read(tmp_path: P
             f'<rs:md length="{len(body)}" hash="md5:{hashlib.md5(body).hexdigest()}"/></url>'
             for name, body in bodies.items()
         ]
-        document = b"\r\n\n" + _resourcelist("2024-05-01T10:00:00Z", listed)
+        document = bend(_resourcelist("2024-05-01T10:00:00Z", listed))
         _serve(src, bodies, document)
         code, summary = cli_json("sync", src.base, dest)
         assert code == 0 and tree(dest) == bodies, summary
         said = [p["message"] for p in summary["sets"][0]["problems"]]
-        assert said == [
-            "warning: line 1: whitespace before the XML declaration (not well-formed XML): "
-            "read without it"
-        ], said
+        assert said == [f"warning: {warning}"], said
         assert cli("audit", src.base, dest).exit_code == 0
         (tmp_path / "rl.xml").write_bytes(document)
         code, report = cli_json("validate", tmp_path / "rl.xml")
         assert code != 0 and report["unreadable"], report
-        assert "XML declaration allowed only at the start" in str(report["unreadable"])
+        assert unreadable in str(report["unreadable"])

@@ -190,6 +190,50 @@ def test_broken_input_gives_a_read_error_with_a_location(data: bytes, fragment: 
     assert str(info.value).startswith("input.xml")
 
 
+PHP_WARNING = (
+    b"<br />\n<b>Warning</b>:  Undefined variable $x in <b>/srv/sitemap.php</b> on line <b>3</b>"
+)
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [PHP_WARNING, b"<?xml version='1.0'?><urlset/>", b"\x00" * 64, b"</urlset>", b"Generated"],
+    ids=["php-warning", "second-document", "nul-padding", "closed-twice", "text"],
+)
+@pytest.mark.parametrize("entries", [0, 3, 300])
+def test_text_after_the_root_element_is_ignored_with_a_warning(tail: bytes, entries: int) -> None:
+    """Text after the root element ended (a PHP warning, a second document, padding): not
+    well-formed XML, so the validator's reading stops there; a Destination's reads the whole
+    document the root holds and ignores the rest, said once, whether or not any entries came
+    and wherever the chunks fall."""
+    data = doc("".join(f"<url><loc>http://e.com/{i}</loc></url>\n" for i in range(entries)))
+    data += tail + b"\n" + tail
+    with open_document(io.BufferedReader(io.BytesIO(data), buffer_size=64)) as reader:
+        assert reader.document.capability == "resourcelist"
+        assert [r.loc for r in reader] == [f"http://e.com/{i}" for i in range(entries)]
+        assert len(reader.warnings) == 1, reader.warnings
+        assert "text after the root element (not well-formed XML" in reader.warnings[0]
+        assert reader.warnings[0].startswith(f"line {5 + entries}: ")
+    problems: list[str] = []
+    strict = open_document(data, on_problem=lambda m, line, e: problems.append(m))
+    with pytest.raises(ReadError, match="not well-formed XML"), strict as reader:
+        list(reader)
+
+
+def test_a_document_cut_short_stays_unreadable_whatever_follows() -> None:
+    """Only what follows a root element that ended is ignored: a document cut short, or with
+    junk inside its root, is still not read."""
+    whole = doc("".join(f"<url><loc>http://e.com/{i}</loc></url>\n" for i in range(3)))
+    inside = whole.replace(b"</url>", b"</url><br>Notice: a & b", 1)
+    for data in (whole[:-30] + PHP_WARNING, inside + PHP_WARNING):
+        with pytest.raises(ReadError, match="not well-formed XML"):
+            read_document(data)
+    # An element named urlset inside the root is neither an entry nor the document's end.
+    nested = doc(f'<url><loc>http://e.com/a</loc></url><urlset xmlns="{SM}"/>\n')
+    _, entries = read_document(nested + PHP_WARNING)
+    assert [r.loc for r in entries] == ["http://e.com/a"]
+
+
 def test_gzip_is_detected_and_the_cap_counts_decompressed_bytes() -> None:
     data = doc("".join(f"<url><loc>http://e.com/{i}</loc></url>" for i in range(100)))
     _, entries = read_document(gzip.compress(data))

@@ -188,7 +188,8 @@ class DocumentReader:
         self._chunk_iter: Iterator[bytes] | None = iter(self._chunks)
         self._parser = etree.XMLPullParser(
             events=("end",),
-            tag=(URL, SITEMAP),
+            # The root's end too (once a document): what follows it is outside the document.
+            tag=(URL, SITEMAP, URLSET, SITEMAPINDEX),
             resolve_entities=False,
             load_dtd=False,
             dtd_validation=False,
@@ -202,6 +203,8 @@ class DocumentReader:
         self._document: Document | None = None
         self._root: Any = None
         self._root_checked = False
+        #: The root element, once it has ended.
+        self._ended: Any = None
         self._entry_tag: str | None = None
         self._header_count = 0
         self._done = False
@@ -354,9 +357,27 @@ class DocumentReader:
             self._handle_events(parser.read_events())
         except etree.XMLSyntaxError as exc:
             self._done = True
-            raise self._feed_error(exc) from None
+            root = self._after_root(exc)
         self._finish(root)
         return False
+
+    def _after_root(self, exc: etree.XMLSyntaxError) -> Any:
+        """A document whose root element ended well but with text after it (a PHP warning or
+        a page-generation footer appended, a second document, NUL padding) is not well-formed
+        XML, and was not read at all. For a Destination what the root holds is the whole
+        document: read, and the rest ignored, said once (the root element, which is returned).
+        The validator still calls it unreadable."""
+        if self.on_problem is None:
+            self._handle_events(self._parser.read_events())
+            if self._ended is not None:
+                msg = exc.msg.split(", line ")[0].strip() if exc.msg else "not XML"
+                self._warn(
+                    "after-root",
+                    f"text after the root element (not well-formed XML: {msg}): ignored",
+                    exc.lineno or None,
+                )
+                return self._ended
+        raise self._feed_error(exc) from None
 
     def _check_prolog(self, chunk: bytes) -> bytes:
         """Refuse a DOCTYPE before the parser sees it: libxml2 would otherwise meet an entity
@@ -451,13 +472,18 @@ class DocumentReader:
         count = 0
         for _, el in events:
             parent = el.getparent()
+            if parent is None:
+                self._ended = el  # the root element ended: the document is complete
+                continue
             if parent is not root:
-                if parent is None or root is not None:
+                if root is not None or el.tag in (URLSET, SITEMAPINDEX):
                     continue  # a url nested inside an extension element: part of that element
                 self._check_root(parent)
                 root = self._root
                 entry_tag = self._entry_tag = SITEMAP if root.tag == SITEMAPINDEX else URL
             if el.tag != entry_tag:
+                if el.tag in (URLSET, SITEMAPINDEX):
+                    continue  # an element named as a root, inside the root: not an entry
                 self._problem(f"<{_name(el.tag)}> in a <{_name(root.tag)}>", el.sourceline, None)
                 continue
             if self._document is None:
