@@ -197,8 +197,8 @@ PHP_WARNING = (
 
 @pytest.mark.parametrize(
     "tail",
-    [PHP_WARNING, b"<?xml version='1.0'?><urlset/>", b"\x00" * 64, b"</urlset>", b"Generated"],
-    ids=["php-warning", "second-document", "nul-padding", "closed-twice", "text"],
+    [PHP_WARNING, b"<!-- 0.2 s --><div>Generated</div>", b"\x00" * 64, b"</urlset>", b"Gen"],
+    ids=["php-warning", "html-footer", "nul-padding", "closed-twice", "text"],
 )
 @pytest.mark.parametrize("entries", [0, 3, 300])
 def test_text_after_the_root_element_is_ignored_with_a_warning(tail: bytes, entries: int) -> None:
@@ -228,6 +228,15 @@ def test_a_document_cut_short_stays_unreadable_whatever_follows() -> None:
     for data in (whole[:-30] + PHP_WARNING, inside + PHP_WARNING):
         with pytest.raises(ReadError, match="not well-formed XML"):
             read_document(data)
+    # Text after the root that looks like more of a list (two lists written into one answer,
+    # stray entries) would be resources the copy lacks while the sync said ok: unreadable.
+    for tail, shown in [
+        (b"<?xml version='1.0'?>\n<urlset><url><loc>http://e.com/9</loc></url>", "<urlset>"),
+        (PHP_WARNING + b"\n<sm:url><sm:loc>http://e.com/9</sm:loc></sm:url>", "<sm:url>"),
+    ]:
+        with pytest.raises(ReadError) as info:
+            read_document(io.BufferedReader(io.BytesIO(whole + b"x" * 200 + tail), 64))
+        assert f"holds more of a sitemap ({shown}...)" in str(info.value)
     # An element named urlset inside the root is neither an entry nor the document's end.
     nested = doc(f'<url><loc>http://e.com/a</loc></url><urlset xmlns="{SM}"/>\n')
     _, entries = read_document(nested + PHP_WARNING)

@@ -75,6 +75,9 @@ Source = str | os.PathLike[str] | bytes | bytearray | IO[bytes]
 HTML_PAGE = "an HTML page, not a ResourceSync document"
 # What may stand before the root element: the XML declaration, PIs, comments, white space.
 _PROLOG = re.compile(rb"(?:\xef\xbb\xbf)?(?:\s+|<\?.*?\?>|<!--.*?-->)*", re.DOTALL)
+#: The root element's end tag, and what in text after it would be entries of a sitemap.
+_ROOT_END = re.compile(rb"</(?:[\w.-]+:)?(?:urlset|sitemapindex)\s*>")
+_ENTRY_LIKE = re.compile(rb"<(?:[\w.-]+:)?(?:urlset|sitemapindex|url|sitemap|loc)[\s/>]")
 
 
 class ProblemHandler(Protocol):
@@ -205,6 +208,7 @@ class DocumentReader:
         self._root_checked = False
         #: The root element, once it has ended.
         self._ended: Any = None
+        self._fed = (b"", b"")
         self._entry_tag: str | None = None
         self._header_count = 0
         self._done = False
@@ -347,6 +351,9 @@ class DocumentReader:
                 chunk = None
         if chunk is not None and not self._prolog_checked:
             chunk = self._check_prolog(chunk)
+        if chunk is not None:
+            # The last two chunks fed: where text after the root element begins (`_after_root`).
+            self._fed = (self._fed[1], chunk)
         try:
             if chunk is not None:
                 parser.feed(chunk)
@@ -362,14 +369,14 @@ class DocumentReader:
         return False
 
     def _after_root(self, exc: etree.XMLSyntaxError) -> Any:
-        """A document whose root element ended well but with text after it (a PHP warning or
-        a page-generation footer appended, a second document, NUL padding) is not well-formed
-        XML, and was not read at all. For a Destination what the root holds is the whole
-        document: read, and the rest ignored, said once (the root element, which is returned).
-        The validator still calls it unreadable."""
+        """A document whose root element ended well but with text after it (a PHP notice or
+        a page-generation footer appended, NUL padding) is not well-formed XML, and was not
+        read at all. For a Destination what the root holds is the whole document: read, and
+        the rest ignored, said once (the root element, which is returned) — unless the rest
+        looks like more of a list. The validator still calls it unreadable."""
         if self.on_problem is None:
             self._handle_events(self._parser.read_events())
-            if self._ended is not None:
+            if self._ended is not None and self._tail_holds_no_entries(exc):
                 msg = exc.msg.split(", line ")[0].strip() if exc.msg else "not XML"
                 self._warn(
                     "after-root",
@@ -378,6 +385,30 @@ class DocumentReader:
                 )
                 return self._ended
         raise self._feed_error(exc) from None
+
+    def _tail_holds_no_entries(self, exc: etree.XMLSyntaxError) -> bool:
+        """Whether the text after the root element (read to its end, within the size cap) is
+        surely not more of the list: a second document or stray entries after `</urlset>` (two
+        lists written into one answer) would be resources the copy lacks while the sync said
+        ok, so the document stays unreadable then, as it does when the root's end tag is not
+        among the last bytes read (the tail's start unknown)."""
+        data = self._fed[0] + self._fed[1]
+        end = _ROOT_END.search(data)
+        if end is None:
+            return False
+        tail = [data[end.end() :]]
+        if self._chunk_iter is not None:
+            tail.extend(self._chunk_iter)
+        found = _ENTRY_LIKE.search(b"".join(tail))
+        if found is None:
+            return True
+        raise ReadError(
+            "text after the root element (not well-formed XML) holds more of a sitemap "
+            f"({found.group().decode('ascii', 'replace').strip()}...): the list cannot be "
+            "read whole",
+            source=self.name,
+            line=exc.lineno or None,
+        )
 
     def _check_prolog(self, chunk: bytes) -> bytes:
         """Refuse a DOCTYPE before the parser sees it: libxml2 would otherwise meet an entity
