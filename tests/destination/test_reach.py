@@ -47,6 +47,11 @@ class Inside:
         return Starlette(routes=[Route("/{path:path}", endpoint)])
 
 
+def _on_loopback() -> HttpOptions:
+    """The options of a client whose Source is on loopback (a reach of its own each time)."""
+    return HttpOptions(retry=RetryPolicy(retries=0), reach=Reach(allowed=frozenset({"loopback"})))
+
+
 def _options(src: Any, **more: Any) -> SyncOptions:
     """The options of a run whose Source is on a public address (its own host reachable)."""
     host = src.base.split("//")[1].split(":")[0]
@@ -204,3 +209,108 @@ def test_a_name_that_resolves_anew_is_judged_where_the_connection_goes(tmp_path:
         said = " ".join(p.message for s in report.sets for p in s.problems)
         assert "refused: localhost (127.0.0.1) is a loopback address" in said, said
         assert inside.asked == []
+
+
+def test_a_list_whose_name_resolves_anew_is_judged_where_the_connection_goes(
+    tmp_path: Path,
+) -> None:
+    """DNS rebinding for the documents (read by the httpx clients): a Change List named on a
+    host judged public a moment ago, which resolves to the machine's own address when the list
+    is asked for. The addresses the connection is made to are judged there: refused, and
+    nothing is asked of the service inside."""
+    inside = Inside()
+    with hand_source() as src, serve(inside.app()) as there:
+        port = there.rsplit(":", 1)[1]
+        src.publish([])
+        src.docs["/capabilitylist.xml"] = urlset(
+            "capabilitylist",
+            [
+                {"loc": f"{src.base}/resourcelist.xml", "capability": "resourcelist"},
+                {"loc": f"http://localhost:{port}/changelist.xml", "capability": "changelist"},
+            ],
+        )
+        options = _options(src)
+        reach = options.http.reach
+        assert reach is not None
+        reach._cache[f"http://localhost:{port}"] = (time.monotonic() + 60, None)
+        report = sync(src.base, tmp_path / "dest", options)
+        assert not report.ok and report.sets[0].gap is not None
+        assert "refused: localhost (127.0.0.1) is a loopback address" in report.sets[0].gap
+        assert inside.asked == []
+
+
+def test_the_clients_connect_to_the_addresses_they_judged() -> None:
+    """Both httpx clients connect by the address judged, the request keeping its name (its
+    Host header; TLS its server name); a name judged now to an address outside the reach is
+    refused at the connection, by the asynchronous client too."""
+    import asyncio
+
+    from resourcesync.http import make_async_client, make_client
+
+    seen: list[str] = []
+
+    async def endpoint(request: Request) -> Response:
+        seen.append(request.headers["host"])
+        return Response(b"ok")
+
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    app = Starlette(routes=[Route("/{path:path}", endpoint)])
+    with serve(app) as there:
+        port = there.rsplit(":", 1)[1]
+        url = f"http://localhost:{port}/x"
+        inside = _on_loopback()
+        public = HttpOptions(retry=RetryPolicy(retries=0), reach=Reach())
+        public.reach._cache[f"http://localhost:{port}"] = (time.monotonic() + 60, None)  # type: ignore[union-attr]
+        with make_client(inside) as client:
+            assert client.get(url).content == b"ok"
+        with make_client(public) as client, pytest.raises(Exception, match="refused: localhost"):
+            client.get(url)
+
+        async def asynchronous() -> None:
+            async with make_async_client(inside) as client:
+                assert (await client.get(url)).content == b"ok"
+            async with make_async_client(public) as client:
+                with pytest.raises(Exception, match="refused: localhost"):
+                    await client.get(url)
+
+        asyncio.run(asynchronous())
+    assert seen == [f"localhost:{port}", f"localhost:{port}"]
+
+
+def test_over_tls_the_connection_by_address_verifies_the_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connected by the judged address, a TLS connection still verifies the certificate for
+    the name the URL gives (httpcore's server name is the request's host)."""
+    import ssl
+
+    import trustme
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    import resourcesync.http as rs_http
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("localhost")
+    chain, key = tmp_path / "chain.pem", tmp_path / "key.pem"
+    for pem in issued.cert_chain_pems:
+        pem.write_to_path(str(chain), append=True)
+    issued.private_key_pem.write_to_path(str(key))
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    monkeypatch.setattr(rs_http, "_tls_context", lambda: trusted)
+
+    async def endpoint(request: Request) -> Response:
+        return Response(b"ok")
+
+    app = Starlette(routes=[Route("/{path:path}", endpoint)])
+    options = _on_loopback()
+    with serve(app, tls=(str(chain), str(key))) as there:
+        port = there.rsplit(":", 1)[1]
+        with rs_http.make_client(options) as client:
+            assert client.get(f"https://localhost:{port}/x").content == b"ok"
+            # The certificate names localhost, not the address connected to.
+            with pytest.raises(Exception, match="certificate"):
+                client.get(f"https://127.0.0.1:{port}/x")

@@ -13,6 +13,7 @@ import contextvars
 import dataclasses
 import importlib.util
 import logging
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
@@ -31,7 +32,7 @@ from ..sniff import media_type
 from ..units import ascii_int
 from ..w3cdt import parse_http_date
 from . import tls
-from .reach import Reach
+from .reach import Reach, addresses_of
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -557,9 +558,25 @@ class _DeadlineStream(httpcore.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
+def _judged(reach: Reach, host: str, infos: Iterable[tuple[Any, ...]]) -> list[str]:
+    """The addresses `getaddrinfo` gave for a connection to `host`, in the order to try them,
+    once the reach judged them all (`httpcore.ConnectError` when it refuses, or none came)."""
+    found = addresses_of(infos)
+    if (why := reach.judge_resolved(host, found)) is not None:
+        raise httpcore.ConnectError(f"refused: {why}")
+    if not found:
+        raise httpcore.ConnectError(f"{host} has no address")
+    return found
+
+
 class _DeadlineBackend(httpcore.NetworkBackend):
-    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+    """Connections whose reads keep the deadline (`_DeadlineStream`), made — with a reach — to
+    the addresses it judged as they were resolved: a name whose DNS answer changed since the
+    request's check (DNS rebinding) does not get through, as in the transfers' resolver."""
+
+    def __init__(self, inner: httpcore.NetworkBackend, reach: Reach | None = None) -> None:
         self._inner = inner
+        self._reach = reach
 
     def connect_tcp(
         self,
@@ -569,8 +586,22 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Any = None,
     ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return _DeadlineStream(stream)
+        reach = self._reach
+        if reach is None or not reach.judged_at_connection(host):
+            stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+            return _DeadlineStream(stream)
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise httpcore.ConnectError(str(exc)) from exc
+        *others, last = _judged(reach, host, infos)
+        connect = self._inner.connect_tcp
+        for address in others:
+            with contextlib.suppress(httpcore.ConnectError, httpcore.ConnectTimeout):
+                return _DeadlineStream(
+                    connect(address, port, timeout, local_address, socket_options)
+                )
+        return _DeadlineStream(connect(last, port, timeout, local_address, socket_options))
 
     def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Any = None
@@ -581,19 +612,67 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+class _WalledAsyncBackend(httpcore.AsyncNetworkBackend):
+    """`_DeadlineBackend`'s judging of the addresses connected to, for the asynchronous
+    clients (hub subscriptions, discovery)."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkBackend, reach: Reach) -> None:
+        self._inner = inner
+        self._reach = reach
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        reach = self._reach
+        if not reach.judged_at_connection(host):
+            return await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        try:
+            loop = asyncio.get_running_loop()
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise httpcore.ConnectError(str(exc)) from exc
+        *others, last = _judged(reach, host, infos)
+        connect = self._inner.connect_tcp
+        for address in others:
+            with contextlib.suppress(httpcore.ConnectError, httpcore.ConnectTimeout):
+                return await connect(address, port, timeout, local_address, socket_options)
+        return await connect(last, port, timeout, local_address, socket_options)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.AsyncNetworkStream:
+        return await self._inner.connect_unix_socket(path, timeout, socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _pool_of(transport: object) -> Any:
+    """The connection pool of an httpx transport (where httpx keeps it is its own business,
+    hence the care: None when it is not where httpx 0.28 keeps it)."""
+    pool = getattr(transport, "_pool", None)
+    return pool if hasattr(pool, "_network_backend") else None
+
+
 class Client(httpx.Client):
     """An httpx client that remembers the options it was built with (retry policy included)."""
 
     def __init__(self, options: HttpOptions) -> None:
         super().__init__(**_client_kwargs(options), event_hooks=_hooks(options, asynchronous=False))  # type: ignore[arg-type]
         self.rs_options = options
-        # httpx has no total timeout: the connection pools read through `_DeadlineStream`
-        # (where httpx keeps them is its own business, hence the care).
+        # httpx has no total timeout: the connection pools read through `_DeadlineStream`.
+        # The direct transport's connections go to addresses the reach judged; a proxy's
+        # (mounted) resolves the names it is given.
         for transport in [self._transport, *self._mounts.values()]:
-            pool = getattr(transport, "_pool", None)
-            backend = getattr(pool, "_network_backend", None)
-            if isinstance(backend, httpcore.NetworkBackend):
-                pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+            pool = _pool_of(transport)
+            if pool is not None and isinstance(pool._network_backend, httpcore.NetworkBackend):
+                reach = options.reach if transport is self._transport else None
+                pool._network_backend = _DeadlineBackend(pool._network_backend, reach)
 
 
 class AsyncClient(httpx.AsyncClient):
@@ -607,6 +686,9 @@ class AsyncClient(httpx.AsyncClient):
         }
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.rs_options = options
+        pool = _pool_of(self._transport)
+        if options.reach is not None and pool is not None:
+            pool._network_backend = _WalledAsyncBackend(pool._network_backend, options.reach)
 
 
 def make_client(options: HttpOptions | None = None) -> Client:

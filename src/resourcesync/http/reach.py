@@ -107,6 +107,11 @@ def _literal(host: str) -> IPAddress | None:
         return None
 
 
+def addresses_of(infos: Iterable[tuple[Any, ...]]) -> list[str]:
+    """The addresses of `getaddrinfo` results, in its order (the order to try), once each."""
+    return list(dict.fromkeys(str(info[4][0]).partition("%")[0] for info in infos))
+
+
 def _resolve(host: str, port: int) -> set[str] | None:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -196,6 +201,12 @@ class Reach:
         if proxied or _literal(host) is not None:
             return key, None, self._keep(key, self._judge(host, None))
         return key, (host, port), None
+
+    def judged_at_connection(self, host: str) -> bool:
+        """Whether a connection to `host` is to go to addresses judged as they are resolved
+        (`judge_resolved`): a name, not one of the run's own hosts (an address was judged as
+        it is, by the request's check)."""
+        return _literal(host) is None and host.lower() not in self.hosts
 
     def judge_resolved(self, host: str, addresses: Iterable[str]) -> str | None:
         """Why a connection to `host` must not go to these of its addresses (what a resolver
