@@ -864,6 +864,48 @@ def test_the_next_request_to_a_host_goes_out_before_a_copy_waits_for_the_disk(
     assert waited == [True]
 
 
+def test_with_fsync_the_other_copies_go_on_while_one_waits_for_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --fsync a copy's fsyncs run in a worker thread: while the disk holds one commit
+    (a/x.txt's directory here, after its journal line is written and the file renamed) the
+    other copies are received, committed and recorded. The journal, which names what was
+    written and is not yet recorded (removed after a crash), is not emptied by their records
+    while that commit is in flight: it still names a/x.txt when b/y.txt is recorded."""
+    from resourcesync.destination import transfer
+
+    b_recorded = threading.Event()
+    waited: list[bool] = []
+    journal_then: list[bytes] = []
+    real_fsync, real_flush = os.fsync, transfer.Transfer.flush_records
+    dest = tmp_path / "dest"
+
+    def slow_disk(fd: int) -> None:
+        if not journal_then and os.readlink(f"/proc/self/fd/{fd}") == str(dest / "a"):
+            waited.append(b_recorded.wait(timeout=5))
+            journal_then.append((dest / ".resourcesync" / "written").read_bytes())
+        real_fsync(fd)
+
+    def flush_records(self: Any) -> None:
+        b_in = any(row[0].endswith("/b/y.txt") for row in self._records)
+        real_flush(self)
+        if b_in:
+            b_recorded.set()
+
+    files = {"a/x.txt": b"a", "b/y.txt": b"b"}
+    with published_source(tmp_path, files) as src:
+        monkeypatch.setattr(transfer, "RECORD_BATCH", 1)
+        monkeypatch.setattr(transfer.Transfer, "flush_records", flush_records)
+        monkeypatch.setattr(os, "fsync", slow_disk)
+        code, summary = cli_json("sync", src.root, dest, "--fsync")
+        assert code == 0, summary
+    assert tree(dest) == files
+    assert waited == [True] and len(journal_then) == 1
+    assert b"a/x.txt" in journal_then[0], journal_then
+    # Every commit recorded: the journal is empty again.
+    assert (dest / ".resourcesync" / "written").read_bytes() == b""
+
+
 def test_baseline_of_an_emptied_source_keeps_files_pending_until_delete(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     with published_source(tmp_path, {"a.txt": b"a", "b.txt": b"b"}) as src:

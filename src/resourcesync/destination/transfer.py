@@ -6,13 +6,15 @@ a verified resource as soon as its batch is written, a failure to be retried by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import re
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import ReadError, ResourceSyncError
@@ -33,6 +35,19 @@ __all__ = ["Transfer"]
 RECORD_BATCH = 256
 #: The authority of an absolute URI, as `urlsplit` takes it (up to the first "/", "?" or "#").
 _AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
+T = TypeVar("T")
+
+
+async def _in_thread(fn: Callable[[], T]) -> T:
+    """`fn()` in a worker thread. Cancelled, it waits for the thread before it says so: a
+    commit is never left half done behind the transfer's clean-up."""
+    task = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await task
+        raise
 
 
 class _Slot:
@@ -102,6 +117,8 @@ class Transfer:
     def __init__(self, run: Run) -> None:
         self.run = run
         self._records: list[tuple[Any, ...]] = []
+        #: Commits in worker threads (`--fsync`) not yet recorded.
+        self._committing = 0
 
     async def fetch_all(self, plan: Plan, key: str, report: SetReport) -> None:
         opts = self.run.options
@@ -387,7 +404,8 @@ class Transfer:
         mirror = self.run.mirror
         hashes = checkable(res.hashes) if self.run.options.checksum else {}
         # Written from the event loop: handing small files to worker threads was measured
-        # to cost more (GIL hand-offs) than the file system calls it hid.
+        # to cost more (GIL hand-offs) than the file system calls it hid (but the fsyncs of
+        # --fsync, below).
         with mirror.incoming(
             uri, length=res.length, hashes=hashes, at=at, mtime=res.lastmod
         ) as inc:
@@ -403,12 +421,42 @@ class Transfer:
             await response.pour(inc.write if check is None else check.write, self.run.bandwidth)
             if check is not None:
                 check.end()
-            if slot is not None and mirror.fsync:
-                # The commit waits for the disk (milliseconds, the event loop with it): the
-                # host's next request goes out first. Without --fsync it costs less than the
-                # hand-over itself.
-                await slot.hand_over()
-            written = inc.commit()
+            if mirror.fsync:
+                # The commit waits for the disk (milliseconds): the host's next request goes
+                # out first, and the fsyncs run in a worker thread while the event loop
+                # goes on with the other transfers. Until the commit is recorded in the
+                # state the journal is not emptied (`flush_records`): it names the file.
+                if slot is not None:
+                    await slot.hand_over()
+                self._committing += 1
+                try:
+                    written = await _in_thread(inc.commit)
+                except asyncio.CancelledError:
+                    raise  # the journal stays whole for the rest of the run: it names the file
+                except BaseException:
+                    self._committing -= 1
+                    raise
+            else:
+                written = inc.commit()
+        try:
+            self._received(response, uri, source, res, key, report, new, written)
+        finally:
+            if mirror.fsync:
+                self._committing -= 1
+
+    def _received(
+        self,
+        response: Fetched,
+        uri: str,
+        source: str,
+        res: Resource,
+        key: str,
+        report: SetReport,
+        new: bool,
+        written: Any,
+    ) -> None:
+        """A resource written and verified: recorded, reported and told."""
+        mirror = self.run.mirror
         primary = source == uri
         # Recorded in batches: a run killed before a batch is written fetches those few
         # again (the files themselves are in place and verified). A mirror's validators are
@@ -489,7 +537,10 @@ class Transfer:
     def flush_records(self) -> None:
         records, self._records = self._records, []
         self.run.state.record_many(records)
-        self.run.mirror.recorded()
+        if not self._committing:
+            # Every file the journal names is recorded now (a commit in a worker thread has
+            # named its file there and is not recorded yet: the journal waits for it).
+            self.run.mirror.recorded()
 
     def delete_all(self, plan: Plan, key: str, report: SetReport) -> None:
         """Apply the planned deletions (with --delete), else keep them as pending.
