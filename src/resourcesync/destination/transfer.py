@@ -436,27 +436,10 @@ class Transfer:
                 except BaseException:
                     self._committing -= 1
                     raise
+                # In the batch below before anything else runs (nothing is awaited between).
+                self._committing -= 1
             else:
                 written = inc.commit()
-        try:
-            self._received(response, uri, source, res, key, report, new, written)
-        finally:
-            if mirror.fsync:
-                self._committing -= 1
-
-    def _received(
-        self,
-        response: Fetched,
-        uri: str,
-        source: str,
-        res: Resource,
-        key: str,
-        report: SetReport,
-        new: bool,
-        written: Any,
-    ) -> None:
-        """A resource written and verified: recorded, reported and told."""
-        mirror = self.run.mirror
         primary = source == uri
         # Recorded in batches: a run killed before a batch is written fetches those few
         # again (the files themselves are in place and verified). A mirror's validators are
