@@ -314,3 +314,39 @@ def test_over_tls_the_connection_by_address_verifies_the_name(
             # The certificate names localhost, not the address connected to.
             with pytest.raises(Exception, match="certificate"):
                 client.get(f"https://127.0.0.1:{port}/x")
+
+
+def test_validate_and_cat_read_within_their_targets_reach(tmp_path: Path) -> None:
+    """`validate --follow` reads the documents a target links to: a hostile Source's
+    Capability List naming a Change List on the machine's own services had it asked. The
+    command reads within its targets' reach (`--any-address` opens it), as `sync` does."""
+    from resourcesync.cli.document import http_client
+    from resourcesync.http import make_client
+    from resourcesync.sitemap import validate as validate_documents
+
+    inside = Inside()
+    with hand_source() as src, serve(inside.app(), host="127.0.0.3") as there:
+        src.publish([])
+        src.docs["/capabilitylist.xml"] = urlset(
+            "capabilitylist",
+            [
+                {"loc": f"{src.base}/resourcelist.xml", "capability": "resourcelist"},
+                {"loc": f"{there}/changelist.xml", "capability": "changelist"},
+            ],
+        )
+        target = f"{src.base}/capabilitylist.xml"
+        # The reach the commands take: their targets' (here on loopback), or none.
+        with http_client([target, str(tmp_path / "local.xml")], 5.0) as client:
+            assert client.rs_options.reach.allowed == {"loopback"}
+            assert client.rs_options.reach.hosts == {"127.0.0.1"}
+        with http_client([target], 5.0, any_address=True) as client:
+            assert client.rs_options.reach is None
+        # A target on a public address: its list on 127.0.0.3 is refused, never asked.
+        with make_client(_options(src).http) as client:
+            report = validate_documents([target], follow=True, client=client)
+        said = " ".join(f.message for f in report.unreadable)
+        assert "refused: 127.0.0.3 is a loopback address" in said, said
+        assert inside.asked == []
+        result = cli("validate", target, "--follow", "--any-address")
+        assert result.exit_code in (0, 1), result.stderr
+        assert inside.asked == ["/changelist.xml"]

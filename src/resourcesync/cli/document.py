@@ -64,18 +64,26 @@ def _size(text: str) -> int:
 
 @contextlib.contextmanager
 def http_client(
-    targets: Sequence[str], timeout: float, headers: dict[str, str] | None = None
+    targets: Sequence[str],
+    timeout: float,
+    headers: dict[str, str] | None = None,
+    any_address: bool = False,
 ) -> Iterator[Any]:
     """One HTTP client for the command when any target is a URL (httpx is imported only then:
     listing a local file should not pay for it). `headers` (`--header`, `--token`) go to the
-    targets' own origins only, as `sync` sends them to its Source's."""
+    targets' own origins only, as `sync` sends them to its Source's. The documents they link
+    to are read within the targets' reach (`http.reach`: a Source's documents cannot lead the
+    command to the machine's own services) unless `any_address`."""
     urls = [t for t in targets if is_url(t)]
     if not urls:
         yield None
         return
     from ..http import HttpOptions, make_client, scoped_to
+    from ..http.reach import Reach
 
-    with make_client(scoped_to(HttpOptions(timeout=timeout), headers or {}, urls)) as client:
+    reach = None if any_address else Reach.around_all(urls)
+    options = scoped_to(HttpOptions(timeout=timeout, reach=reach), headers or {}, urls)
+    with make_client(options) as client:
         yield client
 
 
@@ -98,6 +106,12 @@ def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
     for option in credential_options("the targets' own"):
         func = option(func)
+    func = click.option(
+        "--any-address",
+        is_flag=True,
+        help="Let the documents' links and redirects lead to loopback, private and link-local "
+        "addresses (by default only where the targets themselves are).",
+    )(func)
     return func
 
 
@@ -131,6 +145,7 @@ def validate(
     timeout: float,
     header: tuple[str, ...],
     token: str | None,
+    any_address: bool,
 ) -> None:
     """Check documents (files or URLs) against the ResourceSync rules.
 
@@ -152,7 +167,7 @@ def validate(
             f"{_escape(where)}: [{colour}]{f.level}[/{colour}]: {_escape(f.message)}{entry}"
         )
 
-    with http_client(targets, timeout, request_headers(header, token)) as client:
+    with http_client(targets, timeout, request_headers(header, token), any_address) as client:
         report = validate_documents(
             list(targets),
             follow=follow,
@@ -261,6 +276,7 @@ def cat(
     timeout: float,
     header: tuple[str, ...],
     token: str | None,
+    any_address: bool,
 ) -> None:
     """List the entries of a document (file or URL).
 
@@ -273,7 +289,7 @@ def cat(
       resourcesync cat resourcelist.xml --json | jq -r .loc
     """
     tty = sys.stdout.isatty()
-    with http_client([target], timeout, request_headers(header, token)) as client:
+    with http_client([target], timeout, request_headers(header, token), any_address) as client:
         for visit in walk(
             target,
             mode=FOLLOW_ALL if follow else FOLLOW_NONE,

@@ -165,6 +165,18 @@ class Reach:
                 hosts.add(named.lower())
         return cls(allowed=frozenset(kinds - {"public"}), hosts=frozenset(hosts))
 
+    @classmethod
+    def around_all(cls, urls: Iterable[str]) -> Reach | None:
+        """The reach of a command given several targets (`validate`): where any of them may
+        lead (None when none can be judged: local files, hosts that do not resolve)."""
+        found = [r for r in map(cls.around, urls) if r is not None]
+        if not found:
+            return None
+        return cls(
+            allowed=frozenset().union(*(r.allowed for r in found)),
+            hosts=frozenset().union(*(r.hosts for r in found)),
+        )
+
     def why_not(self, url: str) -> str | None:
         """Why a request must not go to `url` (resolving its host here), or None."""
         key, todo, why = self._start(url)
