@@ -251,6 +251,25 @@ def test_callbacks_to_disallowed_addresses_are_refused(
             assert sub.verifications == []
 
 
+def test_a_callback_whose_name_resolves_anew_is_judged_where_the_connection_goes(
+    db: Path,
+) -> None:
+    """DNS rebinding: a callback's name judged public a moment ago (the verdict is kept a
+    minute) resolves to the machine's own address when the hub verifies the subscription.
+    The hub's connections go to addresses its policy judged as the name was resolved for
+    them: the verification is never sent, and no subscription is made."""
+    policy = AddressPolicy()
+    policy._cache["localhost"] = (time.monotonic() + 600, None)
+    with run_hub(fast_config(policy=policy), db) as hub, run_subscriber(Subscriber()) as sub:
+        callback = sub.url.replace("127.0.0.1", "localhost")
+        assert "localhost" in callback
+        r = subscribe(hub, callback)
+        assert r.status_code == 202, r.text
+        time.sleep(0.5)
+        assert sub.verifications == []
+        assert stats(hub)["subscriptions"] == 0
+
+
 def test_subscription_form_is_capped(db: Path) -> None:
     with run_hub(fast_config(max_form_bytes=1024), db) as hub, run_subscriber(Subscriber()) as sub:
         r = subscribe(hub, sub.url, padding="x" * 2000)

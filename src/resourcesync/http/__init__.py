@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpcore
@@ -558,7 +558,21 @@ class _DeadlineStream(httpcore.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
-def _judged(reach: Reach, host: str, infos: Iterable[tuple[Any, ...]]) -> list[str]:
+class AddressJudge(Protocol):
+    """What judges the addresses a connection is made to, as they are resolved for it: a
+    Destination's `Reach`, the hub's `AddressPolicy`."""
+
+    def judged_at_connection(self, host: str) -> bool:
+        """Whether connections to `host` are judged by address (not a host trusted as named,
+        nor an address judged as the request was)."""
+        ...
+
+    def judge_resolved(self, host: str, addresses: Iterable[str]) -> str | None:
+        """Why a connection to `host` must not go to these of its addresses, or None."""
+        ...
+
+
+def _judged(reach: AddressJudge, host: str, infos: Iterable[tuple[Any, ...]]) -> list[str]:
     """The addresses `getaddrinfo` gave for a connection to `host`, in the order to try them,
     once the reach judged them all (`httpcore.ConnectError` when it refuses, or none came)."""
     found = addresses_of(infos)
@@ -574,7 +588,7 @@ class _DeadlineBackend(httpcore.NetworkBackend):
     the addresses it judged as they were resolved: a name whose DNS answer changed since the
     request's check (DNS rebinding) does not get through, as in the transfers' resolver."""
 
-    def __init__(self, inner: httpcore.NetworkBackend, reach: Reach | None = None) -> None:
+    def __init__(self, inner: httpcore.NetworkBackend, reach: AddressJudge | None = None) -> None:
         self._inner = inner
         self._reach = reach
 
@@ -614,9 +628,9 @@ class _DeadlineBackend(httpcore.NetworkBackend):
 
 class _WalledAsyncBackend(httpcore.AsyncNetworkBackend):
     """`_DeadlineBackend`'s judging of the addresses connected to, for the asynchronous
-    clients (hub subscriptions, discovery)."""
+    clients (the hub's requests to subscribers and topics)."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend, reach: Reach) -> None:
+    def __init__(self, inner: httpcore.AsyncNetworkBackend, reach: AddressJudge) -> None:
         self._inner = inner
         self._reach = reach
 
@@ -676,9 +690,12 @@ class Client(httpx.Client):
 
 
 class AsyncClient(httpx.AsyncClient):
-    """The asynchronous twin of `Client`."""
+    """The asynchronous twin of `Client`. `judge`: what judges the addresses its connections
+    go to (the options' reach by default)."""
 
-    def __init__(self, options: HttpOptions, **extra: object) -> None:
+    def __init__(
+        self, options: HttpOptions, judge: AddressJudge | None = None, **extra: object
+    ) -> None:
         kwargs = {
             **_client_kwargs(options),
             "event_hooks": _hooks(options, asynchronous=True),
@@ -686,9 +703,10 @@ class AsyncClient(httpx.AsyncClient):
         }
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.rs_options = options
+        judge = judge or options.reach
         pool = _pool_of(self._transport)
-        if options.reach is not None and pool is not None:
-            pool._network_backend = _WalledAsyncBackend(pool._network_backend, options.reach)
+        if judge is not None and pool is not None:
+            pool._network_backend = _WalledAsyncBackend(pool._network_backend, judge)
 
 
 def make_client(options: HttpOptions | None = None) -> Client:
@@ -702,12 +720,15 @@ def options_of(client: httpx.Client | httpx.AsyncClient | None) -> HttpOptions:
     return opts if isinstance(opts, HttpOptions) else HttpOptions()
 
 
-def make_async_client(options: HttpOptions | None = None) -> AsyncClient:
-    """An asynchronous client with our defaults (HTTP/2 when asked and available)."""
+def make_async_client(
+    options: HttpOptions | None = None, judge: AddressJudge | None = None
+) -> AsyncClient:
+    """An asynchronous client with our defaults (HTTP/2 when asked and available); `judge`
+    judges the addresses its connections go to (`AsyncClient`)."""
     opts = options or HttpOptions()
     if opts.http2 and importlib.util.find_spec("h2") is not None:
-        return AsyncClient(opts, http2=True)
-    return AsyncClient(opts)
+        return AsyncClient(opts, judge, http2=True)
+    return AsyncClient(opts, judge)
 
 
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:

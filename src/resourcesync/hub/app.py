@@ -212,7 +212,9 @@ class Hub:
                 retry=RetryPolicy(retries=0),
                 # A redirect could lead anywhere, past the address policy: never follow.
                 follow_redirects=False,
-            )
+            ),
+            # The policy judges the addresses each connection goes to as well (DNS rebinding).
+            judge=cfg.policy,
         )
         self.deliverer = Deliverer(self.store, self.client, cfg, clock=self.clock)
         self.deliverer.resume()

@@ -7,6 +7,7 @@ import asyncio
 import ipaddress
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -46,8 +47,9 @@ class AddressPolicy:
     are trusted as they are, whatever they resolve to.
 
     The check runs when a subscription is requested and again (cached for `cache_seconds`)
-    before each delivery. A name whose DNS answer changes between the check and the connection
-    (DNS rebinding) is the remaining gap; an operator who cares lists networks, not names.
+    before each delivery; and every connection the hub makes goes to addresses judged as the
+    name was resolved for it (`judge_resolved`, in the hub's HTTP client), so a name whose DNS
+    answer changes after the check (DNS rebinding) does not get through.
     """
 
     allow_loopback: bool = False
@@ -116,7 +118,18 @@ class AddressPolicy:
         addresses = {str(info[4][0]).partition("%")[0] for info in infos}
         if not addresses:
             return f"{host} cannot be resolved"
-        for text in sorted(addresses):
+        return self.judge_resolved(host, addresses)
+
+    def judged_at_connection(self, host: str) -> bool:
+        """Whether the hub's connections to `host` go to addresses judged as they are
+        resolved: every name but those the operator trusts (`hosts`)."""
+        return host.lower() not in self.hosts
+
+    def judge_resolved(self, host: str, addresses: Iterable[str]) -> str | None:
+        """Why the hub must not connect to `host` at these of its addresses, or None."""
+        if host.lower() in self.hosts:
+            return None
+        for text in sorted({a.partition("%")[0] for a in addresses}):
             ip = ipaddress.ip_address(text)
             if not self.address_allowed(ip):
                 judged = ip
