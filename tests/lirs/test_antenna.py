@@ -368,3 +368,40 @@ def test_strip_markup_ignores_tags_scripts_and_whitespace() -> None:
     a = b"<html><script>var t=1;</script><p class='x'>Hello\n  world</p><!-- 1 --></html>"
     b = b"<html><script>var t=2;</script><p class='y'>Hello world</p><!-- 2 --></html>"
     assert strip_markup(a) == strip_markup(b) == b"Helloworld"
+
+
+def test_a_site_cannot_redirect_the_antenna_to_the_machines_own_services(
+    tmp_path: Path, site: tuple[str, Pages]
+) -> None:
+    """A listed site that redirects to an address the list does not name on the machine
+    (127.0.0.3 standing for its own services, or the cloud's metadata service): the antenna
+    checks thousands of sites, and such a site would have it ask there. Refused, the check
+    failed with the reason; listed hosts and public addresses stay reachable, and
+    `any_address` opens the rest."""
+    from starlette.responses import RedirectResponse
+
+    asked: list[str] = []
+
+    async def inside(request: Request) -> Response:
+        asked.append(request.url.path)
+        return Response("SECRET", headers={"Last-Modified": "Tue, 14 Nov 2023 00:00:00 GMT"})
+
+    with serve(Starlette(routes=[Route("/{p:path}", inside)]), host="127.0.0.3") as there:
+
+        async def away(request: Request) -> Response:
+            return RedirectResponse(f"{there}/latest/meta-data", status_code=302)
+
+        base, _ = site
+        away_app = Starlette(routes=[Route("/away", away, methods=["GET", "HEAD"])])
+        with serve(away_app, host="127.0.0.2") as elsewhere:
+            sites = [Site(f"{base}/lm"), Site(f"{elsewhere}/away")]
+            with Antenna(config(tmp_path), clock=Clock()) as ant:
+                summary = ant.run_round(sites)
+            assert (summary.new, summary.failed) == (1, 1), summary
+            errors = [f["error"] for f in summary.failures]
+            assert "127.0.0.3 is a loopback address" in errors[0], errors
+            assert asked == []
+            with Antenna(config(tmp_path / "open", any_address=True), clock=Clock()) as ant:
+                summary = ant.run_round(sites)
+            assert (summary.new, summary.failed) == (2, 0), summary
+            assert asked

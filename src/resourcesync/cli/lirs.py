@@ -511,6 +511,12 @@ def from_resourcesync(
     show_default=True,
     help="The time zone written in the LIRS records, in seconds east of UTC (Japan: 32400).",
 )
+@click.option(
+    "--any-address",
+    is_flag=True,
+    help="Let the sites' redirects lead to loopback, private and link-local addresses the list "
+    "does not name (by default only the listed sites' hosts and public addresses).",
+)
 @click.option("--json", "as_json", is_flag=True, help="A JSON summary per round.")
 @handle_errors
 def antenna(
@@ -529,6 +535,7 @@ def antenna(
     max_interval: int,
     expires: int,
     tz_offset: int,
+    any_address: bool,
     as_json: bool,
 ) -> None:
     """Check the sites listed in URLS (one `URL [title]` a line) and publish what changed:
@@ -553,6 +560,7 @@ def antenna(
         max_interval=max_interval,
         expires=expires,
         tz_offset=tz_offset,
+        any_address=any_address,
     )
     warnings = Warnings()
     done = 0

@@ -49,8 +49,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..atomic import AtomicFile
-from ..errors import ReadError, ResourceSyncError
+from ..errors import FetchError, ReadError, ResourceSyncError
 from ..http import HttpOptions, RetryPolicy, make_async_client, not_whole
+from ..http.reach import Reach
 from ..model import Capability, Change, Document, Link, Resource
 from ..sitemap import write_document
 from ..units import ascii_int
@@ -100,6 +101,21 @@ class AntennaConfig:
     max_body: int = 2 << 20
     #: Bytes of a relayed feed accepted (after transfer decoding).
     max_feed: int = 256 << 20
+    #: Let redirects lead anywhere. By default requests go to the listed sites' and relays'
+    #: hosts and to public addresses: a site cannot redirect the antenna to the machine's own
+    #: services or its network (`http.reach`).
+    any_address: bool = False
+
+
+def _reach(sites: list[Site], relays: list[str]) -> Reach:
+    """Where an antenna's requests may go: the hosts its operator listed (sites and relays,
+    on whatever address) and the public Internet."""
+    hosts = set()
+    for url in [*(s.url for s in sites), *relays]:
+        with contextlib.suppress(ValueError):
+            if host := urlsplit(url).hostname:
+                hosts.add(host.lower())
+    return Reach(hosts=frozenset(hosts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +357,8 @@ async def _guarded(
             return Observation(site.url, "failed", error=f"timed out after {config.timeout:g}s")
         except httpx.HTTPError as exc:
             return Observation(site.url, "failed", error=str(exc) or type(exc).__name__)
+        except FetchError as exc:  # a redirect outside the reach (`AntennaConfig.any_address`)
+            return Observation(site.url, "failed", error=str(exc))
 
 
 @dataclass(slots=True)
@@ -404,6 +422,8 @@ async def _fetch_feed(
         return _FeedFetch(feed, "failed", error=f"timed out after {config.timeout * 4:g}s")
     except httpx.HTTPError as exc:
         return _FeedFetch(feed, "failed", error=str(exc) or type(exc).__name__)
+    except FetchError as exc:
+        return _FeedFetch(feed, "failed", error=str(exc))
 
 
 @dataclass(slots=True)
@@ -544,7 +564,8 @@ class Antenna:
         summary.not_due = len(sites) - len(due)
         feeds = self._feed_states()
         with tempfile.TemporaryDirectory(dir=self.out, prefix=".relay-") as tmpdir:
-            observations, fetches = asyncio.run(self._gather(due, feeds, now, tmpdir))
+            reach = None if self.config.any_address else _reach(sites, self.config.relays)
+            observations, fetches = asyncio.run(self._gather(due, feeds, now, tmpdir, reach))
             for obs in observations:
                 self._apply(obs, now, summary)
             for fetch in fetches:
@@ -601,6 +622,7 @@ class Antenna:
         feeds: list[tuple[str, str | None, str | None]],
         now: int,
         tmpdir: str,
+        reach: Reach | None = None,
     ) -> tuple[list[Observation], list[_FeedFetch]]:
         config = self.config
         options = HttpOptions(
@@ -609,6 +631,7 @@ class Antenna:
             max_connections=config.concurrency,
             max_keepalive=config.concurrency,
             retry=RetryPolicy(retries=0),
+            reach=reach,
         )
         client = make_async_client(options)
         gate = _HostGate(config.per_host, config.delay)
