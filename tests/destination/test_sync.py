@@ -699,6 +699,38 @@ def test_a_copy_of_a_source_with_a_resource_dump_only_is_audited_against_its_man
         assert again["examples"] == summary["examples"]
 
 
+def test_audit_keeps_what_grows_with_the_source_on_the_copys_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An audit holds a row per resource and per file of the copy, and downloads a dump's
+    packages to read their manifests: in memory and in the system's temporary directory (often
+    a RAM disk), that grew with the Source. They are kept in a throw-away directory in the
+    copy's state directory, removed afterwards; a copy with none (never synced here, or
+    audited read-only) uses the system's."""
+    import tempfile
+
+    dest = tmp_path / "dest"
+    files = {"a.txt": b"alpha", "k/b.txt": b"beta"}
+    with published_source(tmp_path, files, capabilities=("resourcedump",)) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        for manifest in src.out.rglob("*manifest*.xml"):
+            manifest.unlink()  # the packages themselves are downloaded
+        # No system temporary directory to be had: the audit does not need one.
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
+        code, summary = cli_json("audit", src.root, dest)
+        assert (code, summary["expected"], summary["in_sync"]) == (0, 2, 2), summary
+        assert not list((dest / ".resourcesync").glob("audit-*"))
+        # A copy made by other means, without a state directory: the system's.
+        other = tmp_path / "other"
+        shutil.copytree(dest, other, ignore=shutil.ignore_patterns(".resourcesync"))
+        (tmp_path / "systmp").mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "systmp"))
+        code, summary = cli_json("audit", src.root, other)
+        assert (code, summary["expected"], summary["in_sync"]) == (0, 2, 2), summary
+        assert not (other / ".resourcesync").exists()
+        assert list((tmp_path / "systmp").iterdir()) == []
+
+
 def test_a_source_with_change_lists_only_is_followed_from_a_time(tmp_path: Path) -> None:
     """No Resource List: nothing to start a copy from, said with the way to follow the
     Change Lists (`--from`, for a copy made by other means), which then works."""

@@ -7,8 +7,9 @@ import contextlib
 import json
 import os
 import sqlite3
+import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,8 @@ def audit(
     source, dest = os.fspath(source), Path(dest)
     opts = scoped(options or SyncOptions(), source)
     started = time.monotonic()
-    with make_client(opts.http) as client:
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(make_client(opts.http))
         info = discover(source, client=client, choose=opts.set)
         maps = [Mapping(info.base, dest.resolve())] if info.base else []
         maps += [Mapping(p, d.resolve()) for p, d in opts.mappings]
@@ -66,13 +68,18 @@ def audit(
             except UnsafePath:
                 return False
 
-        db = sqlite3.connect(":memory:")
+        work = stack.enter_context(scratch(mirror))
+        # On disk, not in memory: it holds a row per resource (and per file of the copy), and
+        # memory must not grow with the number of resources. Throw-away: no journal, no sync.
+        db = stack.enter_context(contextlib.closing(sqlite3.connect(work / "audit.sqlite")))
+        db.execute("PRAGMA journal_mode = OFF")
+        db.execute("PRAGMA synchronous = OFF")
         db.execute(
             "CREATE TABLE expected (uri TEXT PRIMARY KEY, length INTEGER, hashes TEXT, "
             "gone INTEGER, lastmod TEXT, type TEXT)"
         )
         for s in info.sets:
-            _expected_state(s, db, client, opts)
+            _expected_state(s, db, client, opts, work)
         # Every local path accounted for (expected, or already reported as extra).
         db.execute("CREATE TABLE accounted (path TEXT PRIMARY KEY)")
         # The `<lastmod>` the copy recorded with each resource it holds, and the MD5 of the
@@ -171,7 +178,21 @@ def audit(
     return report
 
 
-def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncOptions) -> None:
+@contextlib.contextmanager
+def scratch(mirror: Mirror) -> Iterator[Path]:
+    """A throw-away directory for what an audit holds beside the copy (its tables, a dump's
+    package while its manifest is read): in the copy's state directory when it can be written
+    (on the copy's file system, sized for it), else in the system's temporary directory (a
+    copy audited read-only). Removed afterwards."""
+    state = mirror.state_dir
+    parent = state if state.is_dir() and os.access(state, os.W_OK | os.X_OK) else None
+    with tempfile.TemporaryDirectory(prefix="audit-", dir=parent) as work:
+        yield Path(work)
+
+
+def _expected_state(
+    s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncOptions, work: Path
+) -> None:
     """Fill `expected` with the Source's current state: the Resource List at `at` (from a Source
     without one, its Resource Dump's manifests), then every change after `at` in the Change
     Lists that cover that time — the Change List Archive included (issue 10.10) — or, from a
@@ -205,7 +226,7 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
         # A Source that publishes its state as a Resource Dump only (as `sync` follows it):
         # what its packages' manifests list, as of the dump's `at`.
         assert dump is not None
-        at, dumped = dumped_resources(client, opts.http, dump)
+        at, dumped = dumped_resources(client, opts.http, dump, work)
         for res in dumped:
             expected(res)
     for visit in walk(url, mode=FOLLOW_INDEX, client=client) if url is not None else ():
@@ -234,7 +255,7 @@ def _expected_state(s: SetInfo, db: sqlite3.Connection, client: Any, opts: SyncO
 
         changes = change_entries(client, lists, ignore)
     elif cd is not None:
-        changes = dumped_changes(client, opts.http, cd, s, at)
+        changes = dumped_changes(client, opts.http, cd, s, at, work)
     else:
         return
     # The changes after the Resource List's `at` (and the window behind it), applied in

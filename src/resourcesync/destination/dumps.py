@@ -341,57 +341,54 @@ def _gap(packages: list[Resource], after: datetime) -> str | None:
 
 
 def dumped_resources(
-    client: Any, http: HttpOptions, url: str
+    client: Any, http: HttpOptions, url: str, work: Path
 ) -> tuple[datetime | None, Iterator[Resource]]:
     """The Resource Dump's `at` and the resources its packages' manifests list: what `audit`
     expects of a Source that publishes its state only so. A package's manifest is read from
     its `rel="contents"` link when it gives one (nothing downloaded); else, or when that
-    cannot be read, the package is downloaded, verified against the dump, read and removed."""
+    cannot be read, the package is downloaded into `work`, verified against the dump, read and
+    removed."""
     packages, at = _resource_packages(client, url)
 
     def entries() -> Iterator[Resource]:
-        with tempfile.TemporaryDirectory(prefix="resourcesync-audit-") as work:
-            for package in packages:
-                link = package.link("contents")
-                if link is not None:
-                    try:
-                        with open_document(
-                            link.href, client=client, max_bytes=MAX_MANIFEST
-                        ) as reader:
-                            expect(reader.document.capability, "resourcedump-manifest", link.href)
-                            yield from reader
-                        continue
-                    except ResourceSyncError:
-                        pass  # the package itself says
-                zpath = Path(work) / "package.zip"
-                run_loop(_download_with(http, None, package, zpath))
-                yield from _manifest(zpath, package, None)
-                zpath.unlink()
+        for package in packages:
+            link = package.link("contents")
+            if link is not None:
+                try:
+                    with open_document(link.href, client=client, max_bytes=MAX_MANIFEST) as reader:
+                        expect(reader.document.capability, "resourcedump-manifest", link.href)
+                        yield from reader
+                    continue
+                except ResourceSyncError:
+                    pass  # the package itself says
+            zpath = work / "package.zip"
+            run_loop(_download_with(http, None, package, zpath))
+            yield from _manifest(zpath, package, None)
+            zpath.unlink()
 
     return at, entries()
 
 
 def dumped_changes(
-    client: Any, http: HttpOptions, url: str, s: SetInfo, after: datetime
+    client: Any, http: HttpOptions, url: str, s: SetInfo, after: datetime, work: Path
 ) -> Iterator[Resource]:
     """The changes the Change Dump's manifests list after `after`, in the order listed
     (`InOrder`): what `audit` expects of a Source that lists its changes only so. Each package
-    is downloaded, verified against the dump, read and removed; ReadError when the packages
-    do not reach back to `after`."""
+    is downloaded into `work`, verified against the dump, read and removed; ReadError when the
+    packages do not reach back to `after`."""
     packages = _change_dump_packages(client, url, s, after)
     gap = _gap(packages, after)
     if gap is not None:
         raise ReadError(f"cannot tell what the copy should hold: {gap}", source=url)
     order = InOrder()
-    with tempfile.TemporaryDirectory(prefix="resourcesync-audit-") as work:
-        for package in packages:
-            zpath = Path(work) / "package.zip"
-            run_loop(_download_with(http, None, package, zpath))
-            order.start(package.from_, "the package")
-            for entry in _manifest(zpath, package, None):
-                order.see(entry)
-                yield entry
-            zpath.unlink()
+    for package in packages:
+        zpath = work / "package.zip"
+        run_loop(_download_with(http, None, package, zpath))
+        order.start(package.from_, "the package")
+        for entry in _manifest(zpath, package, None):
+            order.see(entry)
+            yield entry
+        zpath.unlink()
 
 
 def changes_from_dumps(
