@@ -6,13 +6,14 @@ Ground floor: imports only errors.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import ResourceSyncError
 
-__all__ = ["connect", "transaction"]
+__all__ = ["connect", "connect_read_only", "transaction"]
 
 
 def connect(
@@ -29,6 +30,31 @@ def connect(
     except sqlite3.DatabaseError as exc:
         raise error(f"cannot open the state database: {exc}", source=str(path)) from None
     return db
+
+
+def connect_read_only(
+    path: Path, *, error: type[ResourceSyncError] = ResourceSyncError
+) -> sqlite3.Connection:
+    """Open a state database to read only (`audit`, `ls`): never created, migrated nor written.
+    On media that cannot be written (a read-only mount, a snapshot), where SQLite cannot make a
+    WAL database's shared-memory file, it is opened as immutable: nothing can change it there."""
+    uri = path.absolute().as_uri()
+    modes = ["mode=ro"]
+    if not os.access(path.parent, os.W_OK):
+        modes.append("mode=ro&immutable=1")
+    why: sqlite3.DatabaseError | None = None
+    for mode in modes:
+        db = None
+        try:
+            db = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=30, isolation_level=None)
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as exc:
+            if db is not None:
+                db.close()
+            why = exc
+            continue
+        return db
+    raise error(f"cannot open the state database: {why}", source=str(path))
 
 
 @contextlib.contextmanager

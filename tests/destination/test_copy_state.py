@@ -79,3 +79,32 @@ def test_a_failure_remembers_the_entry_it_was_planned_from(tmp_path: Path) -> No
         None,
         [],
     )
+
+
+def test_a_state_read_to_read_only_is_not_written(tmp_path: Path) -> None:
+    """`DestinationState.reading` (audit, ls) writes nothing: a state from before a migration
+    is not migrated by reading it (said, the next sync brings it up to date), and a missing
+    one is not created."""
+    import sqlite3
+
+    import pytest
+
+    from resourcesync.destination.state import StateError
+
+    path = tmp_path / "state.sqlite"
+    DestinationState(path).close()
+    with DestinationState.reading(path) as state:
+        assert state.known("http://example.org/a") is None
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX resources_path_key")
+    db.execute("ALTER TABLE resources DROP COLUMN links")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StateError, match="older version of resourcesync: the next sync"):
+        DestinationState.reading(path)
+    assert path.read_bytes() == before
+    with pytest.raises(StateError, match="cannot open the state database"):
+        DestinationState.reading(tmp_path / "none.sqlite")
+    assert not (tmp_path / "none.sqlite").exists()
+    DestinationState(path).close()  # the next sync's opening migrates it
+    DestinationState.reading(path).close()

@@ -8,12 +8,14 @@ once", "nothing transferred" and "at most N at once" are measured where the byte
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -578,6 +580,45 @@ def test_audit_finds_files_no_uri_accounts_for(tmp_path: Path) -> None:
         assert example.startswith("file ") and example.endswith("stray.txt")
         (dest / "stray.txt").unlink()
         assert cli("audit", src.root, dest).exit_code == 0
+
+
+@contextlib.contextmanager
+def _read_only(path: Path) -> Iterator[None]:
+    """`path` as a read-only mount (a snapshot, a backup's mount) for the block; the test is
+    skipped where bind mounts cannot be made (not root, or no CAP_SYS_ADMIN)."""
+    import subprocess
+
+    made = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {made.stderr.decode(errors='replace').strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+        yield
+    finally:
+        # Lazily: a file the block left open (a failing command's) must not keep it mounted.
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def test_audit_and_ls_read_a_copy_on_read_only_media(tmp_path: Path) -> None:
+    """A copy audited where it cannot be written (a read-only mount, a snapshot): `audit` and
+    `ls` said "cannot open the state database: unable to open database file" (exit 2), as
+    they opened the state to write (WAL, schema, migrations). They open it to read only now,
+    and keep what an audit holds elsewhere."""
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, {"a.txt": b"alpha", "k/b.txt": b"beta"}) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        state = dest / ".resourcesync" / "state.sqlite"
+        before = state.read_bytes()
+        with _read_only(dest):
+            code, summary = cli_json("audit", src.root, dest)
+            assert (code, summary["in_sync"]) == (0, 2), summary
+            listed = cli("ls", dest)
+            assert listed.exit_code == 0 and "k/b.txt" in listed.stdout, listed.output
+        (dest / "a.txt").write_bytes(b"ALPHA")
+        with _read_only(dest):
+            code, summary = cli_json("audit", src.root, dest)
+            assert (code, summary["different"]) == (1, 1), summary
+        assert state.read_bytes() == before
 
 
 def test_audit_exit_2_on_error(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def ls(dest: Path, uris: tuple[str, ...], as_json: bool) -> None:
         )
     human = sys.stdout.isatty() and not as_json
     missing = 0
-    with DestinationState(state_path) as state:
+    with DestinationState.reading(state_path) as state:
         pairs: Iterator[tuple[str, Known | None]] = (
             ((u, state.known(u)) for u in uris) if uris else ((k.uri, k) for k in state.all_known())
         )

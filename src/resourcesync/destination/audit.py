@@ -89,7 +89,7 @@ def audit(
         state_path = mirror.state_dir / STATE_FILE
         # The copy's state, where it is kept (a fleet keeps it in its store): the URIs it
         # holds that the Source no longer lists are named as extra by their URI.
-        opened = opts.state or (DestinationState if state_path.exists() else None)
+        opened = opts.state or (DestinationState.reading if state_path.exists() else None)
         if opened is not None:
             with contextlib.closing(opened(state_path)) as state:
                 for known in state.all_known():

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from ..errors import ResourceSyncError
 from ..jsonable import link_from_json, link_json
 from ..model import Link, Resource
-from ..sqlite import connect, transaction
+from ..sqlite import connect, connect_read_only, transaction
 from ..w3cdt import format_w3c, parse_w3c
 
 __all__ = [
@@ -279,6 +279,27 @@ class DestinationState:
         self.path = path
         self.db = connect(path, _SCHEMA, error=StateError)
         self.db.create_function("path_key", 1, path_key, deterministic=True)
+        self._migrate()
+
+    @classmethod
+    def reading(cls, path: Path) -> DestinationState:
+        """The state of a copy opened to read only (`audit`, `ls`): nothing is written, not
+        even a migration (a state from before one is read as it is), and a copy on media that
+        cannot be written (a read-only mount, a snapshot) can be read."""
+        self = cls.__new__(cls)
+        self.path = path
+        self.db = connect_read_only(path, error=StateError)
+        self.db.create_function("path_key", 1, path_key, deterministic=True)
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(resources)")}
+        if not {"path_key", "links"} <= columns:
+            self.db.close()
+            raise StateError(
+                "a state from an older version of resourcesync: the next sync brings it up to date",
+                source=str(path),
+            )
+        return self
+
+    def _migrate(self) -> None:
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(resources)")}
         if "path_key" not in columns:
             # A state from before collisions were detected: add the key, and fill it in.
