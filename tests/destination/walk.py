@@ -43,9 +43,12 @@ class DestinationWalk(Walk):
     """A `Walk` whose syncs check the Destination's word against the truth after every run."""
 
     sync_seconds: float = 0.3
+    #: Every sync with --fsync (its commits in worker threads: `bench_destination_walk.py`).
+    fsync: bool = False
 
     def options(self) -> SyncOptions:
         return SyncOptions(
+            fsync=self.fsync,
             delete=True,
             # The walk's Source deletes all its files at times, and means it.
             allow_empty=True,
@@ -126,6 +129,7 @@ class DestinationWalk(Walk):
         (`soon`: early in it, so that the kill lands inside the run)."""
         argv = [sys.executable, "-m", "resourcesync", "sync", self.docs, str(self.dest)]
         argv += ["--delete", "--map", f"{self.base}={self.dest}", "--retries", "1", "--json"]
+        argv += ["--fsync"] if self.fsync else []
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # A subprocess pays its start-up before it syncs: the kill lands in the run or after.
         upper = 0.5 + self.sync_seconds if soon else 0.8 + 2 * self.sync_seconds
@@ -144,7 +148,9 @@ def _diff(got: State, want: State) -> list[str]:
 
 
 @contextlib.contextmanager
-def destination_walk(root: Path, seed: int, *, initial: int = 40) -> Iterator[DestinationWalk]:
+def destination_walk(
+    root: Path, seed: int, *, initial: int = 40, fsync: bool = False
+) -> Iterator[DestinationWalk]:
     """A DestinationWalk with its site served on 127.0.0.1 and its capturing hub."""
     hub = CaptureHub()
     out = root / "out"
@@ -155,6 +161,7 @@ def destination_walk(root: Path, seed: int, *, initial: int = 40) -> Iterator[De
         w = DestinationWalk(
             root, seed, site, hub, f"{hub_base}/hub", initial=initial, unsettled_syncs=True
         )
+        w.fsync = fsync
         w.publish_clean()
         w.check(complete=True)
         yield w
