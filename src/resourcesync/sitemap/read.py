@@ -376,7 +376,7 @@ class DocumentReader:
         looks like more of a list. The validator still calls it unreadable."""
         if self.on_problem is None:
             self._handle_events(self._parser.read_events())
-            if self._ended is not None and self._tail_holds_no_entries(exc):
+            if self._ended is not None and self._nothing_more_after_root(exc):
                 msg = exc.msg.split(", line ")[0].strip() if exc.msg else "not XML"
                 self._warn(
                     "after-root",
@@ -386,12 +386,12 @@ class DocumentReader:
                 return self._ended
         raise self._feed_error(exc) from None
 
-    def _tail_holds_no_entries(self, exc: etree.XMLSyntaxError) -> bool:
-        """Whether the text after the root element (read to its end, within the size cap) is
-        surely not more of the list: a second document or stray entries after `</urlset>` (two
-        lists written into one answer) would be resources the copy lacks while the sync said
-        ok, so the document stays unreadable then, as it does when the root's end tag is not
-        among the last bytes read (the tail's start unknown)."""
+    def _nothing_more_after_root(self, exc: etree.XMLSyntaxError) -> bool:
+        """True when the text after the root element (read to its end, within the size cap) is
+        surely not more of the list; False when where it starts cannot be told (the root's end
+        tag not among the last bytes read). When it looks like more of a list — a second
+        document or stray entries after `</urlset>`, two lists written into one answer — it
+        would be resources the copy lacks while the sync said ok: ReadError."""
         data = self._fed[0] + self._fed[1]
         end = _ROOT_END.search(data)
         if end is None:
@@ -508,7 +508,9 @@ class DocumentReader:
                 continue
             if parent is not root:
                 if root is not None or el.tag in (URLSET, SITEMAPINDEX):
-                    continue  # a url nested inside an extension element: part of that element
+                    # A url (or an element named as a root) nested inside an extension
+                    # element: part of that element.
+                    continue
                 self._check_root(parent)
                 root = self._root
                 entry_tag = self._entry_tag = SITEMAP if root.tag == SITEMAPINDEX else URL
