@@ -582,6 +582,35 @@ def test_audit_finds_files_no_uri_accounts_for(tmp_path: Path) -> None:
         assert cli("audit", src.root, dest).exit_code == 0
 
 
+def test_two_sources_sharing_a_dest_are_each_audited_in_sync(tmp_path: Path) -> None:
+    """Two Sources synced into one DEST (their paths apart): `audit` of one named the other's
+    files extra ("NOT in sync", exit 1) and told to run `sync … --repair --delete`, which —
+    rightly, as the copy holds them — removed nothing: the audit never came back in sync. A
+    file the copy holds under a URI this Source's mapping does not cover is the other
+    Source's: neither expected nor extra. A file put there by hand still is extra."""
+    dest = tmp_path / "dest"
+    (tmp_path / "A").mkdir()
+    (tmp_path / "B").mkdir()
+    with (
+        published_source(tmp_path / "A", {"a/1.txt": b"a1"}) as a,
+        published_source(tmp_path / "B", {"b/1.txt": b"b1", "b/2.txt": b"b2"}) as b,
+    ):
+        assert cli("sync", a.root, dest).exit_code == 0
+        assert cli("sync", b.root, dest).exit_code == 0
+        code, summary = cli_json("audit", a.root, dest)
+        assert (code, summary["expected"], summary["in_sync"], summary["extra"]) == (0, 1, 1, 0)
+        code, summary = cli_json("audit", b.root, dest)
+        assert (code, summary["expected"], summary["in_sync"], summary["extra"]) == (0, 2, 2, 0)
+        (dest / "b" / "stray.txt").write_bytes(b"by hand")
+        code, summary = cli_json("audit", a.root, dest)
+        assert (code, summary["extra"]) == (1, 1), summary
+        assert summary["examples"]["extra"] == [f"file {dest / 'b' / 'stray.txt'}"]
+        assert cli("sync", a.root, dest, "--repair", "--delete").exit_code == 0
+        assert tree(dest) == {"a/1.txt": b"a1", "b/1.txt": b"b1", "b/2.txt": b"b2"}
+        assert cli("audit", a.root, dest).exit_code == 0
+        assert cli("audit", b.root, dest).exit_code == 0
+
+
 @contextlib.contextmanager
 def _read_only(path: Path) -> Iterator[None]:
     """`path` as a read-only mount (a snapshot, a backup's mount) for the block; the test is

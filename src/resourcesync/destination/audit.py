@@ -109,15 +109,22 @@ def audit(
                     if row is None or row[0]:
                         try:
                             extra_path = mirror.path_for(known.uri)
-                            if extra_path.is_file():
-                                report.extra += 1
-                                report.note("extra", known.uri)
+                        except UnsafePath:
+                            # Held under a URI this Source's mapping does not cover: another
+                            # Source's, sharing DEST. Neither this Source's nor extra (`sync
+                            # --repair --delete` leaves it, as the copy holds it).
+                            if known.path:
                                 db.execute(
                                     "INSERT OR IGNORE INTO accounted VALUES (?)",
-                                    (str(extra_path),),
+                                    (str(mirror.dest / known.path),),
                                 )
-                        except UnsafePath:
-                            pass
+                            continue
+                        if extra_path.is_file():
+                            report.extra += 1
+                            report.note("extra", known.uri)
+                            db.execute(
+                                "INSERT OR IGNORE INTO accounted VALUES (?)", (str(extra_path),)
+                            )
         for uri, length, hashes, lastmod, kind, recorded, wrote in db.execute(
             "SELECT e.uri, e.length, e.hashes, e.lastmod, e.type, r.lastmod, r.md5 FROM expected e "
             "LEFT JOIN recorded r ON r.uri = e.uri WHERE e.gone = 0 ORDER BY e.uri"
