@@ -599,8 +599,11 @@ def test_two_sources_sharing_a_dest_are_each_audited_in_sync(tmp_path: Path) -> 
         assert cli("sync", b.root, dest).exit_code == 0
         code, summary = cli_json("audit", a.root, dest)
         assert (code, summary["expected"], summary["in_sync"], summary["extra"]) == (0, 1, 1, 0)
+        assert summary["others"] == 2, summary
         code, summary = cli_json("audit", b.root, dest)
         assert (code, summary["expected"], summary["in_sync"], summary["extra"]) == (0, 2, 2, 0)
+        said = cli("audit", a.root, dest)
+        assert "2 other files: held for URIs outside this Source" in said.stdout, said.output
         (dest / "b" / "stray.txt").write_bytes(b"by hand")
         code, summary = cli_json("audit", a.root, dest)
         assert (code, summary["extra"]) == (1, 1), summary

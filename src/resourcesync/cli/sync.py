@@ -836,6 +836,11 @@ def audit(source: str, dest: Path, as_json: bool, verbose: bool, quiet: bool, **
             if report.extra:
                 fix += " --delete"
             click.echo(f"to repair: {fix}")
+        if report.others:
+            click.echo(
+                f"  {report.others:,} other files: held for URIs outside this Source (another "
+                "Source synced into DEST, or its former address), not audited"
+            )
         verdict = "in sync" if report.ok else "NOT in sync"
         counts = [
             (report.expected, "expected"),

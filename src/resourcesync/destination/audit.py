@@ -113,7 +113,8 @@ def audit(
                             # Held under a URI this Source's mapping does not cover: another
                             # Source's, sharing DEST. Neither this Source's nor extra (`sync
                             # --repair --delete` leaves it, as the copy holds it).
-                            if known.path:
+                            if known.path and (mirror.dest / known.path).is_file():
+                                report.others += 1
                                 db.execute(
                                     "INSERT OR IGNORE INTO accounted VALUES (?)",
                                     (str(mirror.dest / known.path),),

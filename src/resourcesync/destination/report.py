@@ -136,6 +136,9 @@ class AuditReport:
     missing: int = 0
     extra: int = 0
     different: int = 0
+    #: Files the copy holds under URIs the audited Source's mapping does not cover (another
+    #: Source synced into the same DEST, or this one's former address): not audited.
+    others: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
     #: Examples kept of each kind (None: every one).
