@@ -188,7 +188,7 @@ def test_a_store_of_the_first_schema_gains_the_new_columns(tmp_path: Path) -> No
     row, old = store.get("a"), store.get("old")
     assert row is not None and row.entry.follow
     assert old is not None and (old.entry.lookback, old.entry.allow_empty) == (600, False)
-    assert old.entry.history_grace == 3600
+    assert old.entry.history_grace == 3600 and not old.entry.any_address
     store.close()
 
 
@@ -314,3 +314,27 @@ def test_a_sources_history_grace_reaches_its_syncs(tmp_path: Path) -> None:
     assert cli(*add, "--name", "b", "--history-grace", "2h", "--replace").exit_code == 0
     got = {name: o.history_grace for name, o in _sync_options(tmp_path, "abcde").items()}
     assert got == {"a": 0.0, "b": 7200.0, "c": 3600.0, "d": 1800.0, "e": 3600.0}
+
+
+def test_a_sources_reach_is_opened_for_it_alone(tmp_path: Path) -> None:
+    """`fleet add --any-address` (CSV/TOML `any_address`): that Source's syncs (and its
+    follower's reading of its Capability List) may lead to loopback, private and link-local
+    addresses it is not on, as `sync --any-address`; every other Source stays walled in."""
+    from resourcesync.destination.options import scoped
+
+    add = ("fleet", "add", "http://127.0.0.2:1/", "--root", tmp_path)
+    assert cli(*add, "--name", "a").exit_code == 0
+    assert cli(*add, "--name", "b", "--any-address").exit_code == 0
+    csv = tmp_path / "more.csv"
+    csv.write_text("name,source,any_address\nc,http://127.0.0.2:3/,yes\nd,http://127.0.0.2:4/,\n")
+    assert cli("fleet", "import", csv, "--root", tmp_path).exit_code == 0
+    got = _sync_options(tmp_path, "abcd")
+    assert {name: o.any_address for name, o in got.items()} == {
+        "a": False,
+        "b": True,
+        "c": True,
+        "d": False,
+    }
+    walls = {name: scoped(o, "http://127.0.0.2:1/").http.reach for name, o in got.items()}
+    assert walls["b"] is None and walls["c"] is None
+    assert walls["a"] is not None and walls["d"] is not None

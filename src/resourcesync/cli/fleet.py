@@ -107,6 +107,12 @@ def fleet() -> None:
     "--history-grace (0: at once).",
 )
 @click.option(
+    "--any-address",
+    is_flag=True,
+    help="Let its redirects, mirrors and documents' links lead to loopback, private and "
+    "link-local addresses it is not on itself, as sync --any-address.",
+)
+@click.option(
     "--follow",
     is_flag=True,
     help="Subscribe to its change notifications: each one makes it due at once (fleet run).",
@@ -131,6 +137,7 @@ def add(
     allow_empty: bool,
     lookback: float,
     history_grace: float,
+    any_address: bool,
     follow: bool,
     header: tuple[str, ...],
     replace: bool,
@@ -162,6 +169,7 @@ def add(
             allow_empty=allow_empty,
             lookback=lookback,
             history_grace=history_grace,
+            any_address=any_address,
         )
         entry.check()
     except ValueError as exc:

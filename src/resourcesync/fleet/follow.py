@@ -116,7 +116,11 @@ class Notifications:
                 continue
             # Read as its syncs read it: with its credentials, within its reach.
             options = scoped(
-                SyncOptions(headers=dict(row.entry.headers), http=options_of(client)),
+                SyncOptions(
+                    headers=dict(row.entry.headers),
+                    http=options_of(client),
+                    any_address=row.entry.any_address,
+                ),
                 row.entry.source,
             )
             try:

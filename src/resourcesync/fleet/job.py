@@ -51,6 +51,7 @@ def _options(
         allow_empty=entry.allow_empty,
         lookback=entry.lookback,
         history_grace=entry.history_grace,
+        any_address=entry.any_address,
         via=entry.via,
         baseline=baseline,
         per_host=requests,

@@ -72,6 +72,9 @@ class Entry:
     #: them before that is a changed history (a Source restored from a backup) — as
     #: `sync --history-grace`.
     history_grace: float = DEFAULT_HISTORY_GRACE
+    #: Let redirects, mirrors and the documents' links lead to loopback, private and link-local
+    #: addresses the Source itself is not on — as `sync --any-address` (by default refused).
+    any_address: bool = False
 
     def check(self) -> None:
         """Raise ValueError naming what is wrong with this entry."""
@@ -128,7 +131,7 @@ def _count(raw: Mapping[str, Any], key: str) -> int | None:
 
 def _entry(raw: Mapping[str, Any]) -> Entry:
     known = {"name", "source", "dest", "every", "via", "delete", "follow", "headers", "header"}
-    known |= {"max_delete", "allow_empty", "lookback", "history_grace"}
+    known |= {"max_delete", "allow_empty", "lookback", "history_grace", "any_address"}
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
@@ -162,6 +165,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         history_grace=(
             units.parse_duration(str(grace)) if grace not in (None, "") else DEFAULT_HISTORY_GRACE
         ),
+        any_address=_flag(raw, "any_address"),
     )
     entry.check()
     return entry
@@ -170,8 +174,8 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
 def read_entries(path: Path) -> Iterator[Entry]:
     """The entries of a TOML (`[[source]]` tables) or CSV (a header row naming the columns:
     name, source, and optionally dest, every, via, delete, max_delete, allow_empty, lookback,
-    history_grace, follow, header) file. Bad input raises a FleetError naming the file and line
-    (CSV) or entry (TOML)."""
+    history_grace, any_address, follow, header) file. Bad input raises a FleetError naming the
+    file and line (CSV) or entry (TOML)."""
     try:
         if path.suffix.lower() == ".toml":
             with path.open("rb") as f:

@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS fleet_source (
   max_delete INTEGER,
   allow_empty INTEGER NOT NULL DEFAULT 0,
   lookback DOUBLE PRECISION NOT NULL DEFAULT 600,
-  history_grace DOUBLE PRECISION NOT NULL DEFAULT 3600
+  history_grace DOUBLE PRECISION NOT NULL DEFAULT 3600,
+  any_address INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS fleet_source_next_run ON fleet_source (next_run);
 CREATE TABLE IF NOT EXISTS fleet_meta (
@@ -69,12 +70,13 @@ ADDED = (
     ("allow_empty", "INTEGER NOT NULL DEFAULT 0"),
     ("lookback", "DOUBLE PRECISION NOT NULL DEFAULT 600"),
     ("history_grace", "DOUBLE PRECISION NOT NULL DEFAULT 3600"),
+    ("any_address", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 _COLUMNS = (
     "name, source, dest, every, via, apply_delete, headers, added, next_run, last_run, seconds, "
     "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket, follow, "
-    "woken, max_delete, allow_empty, lookback, history_grace"
+    "woken, max_delete, allow_empty, lookback, history_grace, any_address"
 )
 
 
@@ -132,6 +134,7 @@ def _row(r: Sequence[Any]) -> Row:
         allow_empty=bool(r[24]),
         lookback=r[25],
         history_grace=r[26],
+        any_address=bool(r[27]),
     )
     return Row(
         entry=entry,
@@ -255,6 +258,7 @@ class SQLStore:
                     int(e.allow_empty),
                     e.lookback,
                     e.history_grace,
+                    int(e.any_address),
                 )
                 exists = self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (e.name,))
                 if exists and not replace:
@@ -263,14 +267,16 @@ class SQLStore:
                     self._execute(
                         "UPDATE fleet_source SET source = ?, dest = ?, every = ?, via = ?, "
                         "apply_delete = ?, headers = ?, follow = ?, max_delete = ?, "
-                        "allow_empty = ?, lookback = ?, history_grace = ? WHERE name = ?",
+                        "allow_empty = ?, lookback = ?, history_grace = ?, any_address = ? "
+                        "WHERE name = ?",
                         (*values, e.name),
                     )
                 else:
                     self._execute(
                         "INSERT INTO fleet_source (name, source, dest, every, via, apply_delete,"
                         " headers, follow, max_delete, allow_empty, lookback, history_grace,"
-                        " added, next_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " any_address, added, next_run)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (e.name, *values, now, now),
                     )
                 n += 1
