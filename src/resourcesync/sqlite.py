@@ -33,20 +33,24 @@ def connect(
 
 
 def connect_read_only(
-    path: Path, *, error: type[ResourceSyncError] = ResourceSyncError
+    path: Path, *, error: type[ResourceSyncError] = ResourceSyncError, temp: bool = False
 ) -> sqlite3.Connection:
-    """Open a state database to read only (`audit`, `ls`): never created, migrated nor written.
-    On media that cannot be written (a read-only mount, a snapshot), where SQLite cannot make a
-    WAL database's shared-memory file, it is opened as immutable: nothing can change it there."""
+    """Open a state database to read (`audit`, `ls`, a dry run): never created nor migrated.
+    Where its folder can be written it is opened as it is and refuses writes (`query_only`;
+    `temp`: but for temporary tables, which a dry run plans on, written only by discipline),
+    so that SQLite removes its WAL files at close as after any run. On media that cannot be
+    written (a read-only mount, a snapshot) it is opened read-only, and as immutable when
+    SQLite cannot make a WAL database's shared-memory file there."""
     uri = path.absolute().as_uri()
-    modes = ["mode=ro"]
-    if not os.access(path.parent, os.W_OK):
-        modes.append("mode=ro&immutable=1")
+    writable = os.access(path.parent, os.W_OK)
+    modes = ["mode=rw"] if writable else ["mode=ro", "mode=ro&immutable=1"]
     why: sqlite3.DatabaseError | None = None
     for mode in modes:
         db = None
         try:
             db = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=30, isolation_level=None)
+            if writable and not temp:
+                db.execute("PRAGMA query_only = ON")
             db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as exc:
             if db is not None:

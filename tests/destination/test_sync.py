@@ -634,8 +634,9 @@ def _read_only(path: Path) -> Iterator[None]:
 def test_audit_and_ls_read_a_copy_on_read_only_media(tmp_path: Path) -> None:
     """A copy audited where it cannot be written (a read-only mount, a snapshot): `audit` and
     `ls` said "cannot open the state database: unable to open database file" (exit 2), as
-    they opened the state to write (WAL, schema, migrations). They open it to read only now,
-    and keep what an audit holds elsewhere."""
+    they opened the state to write (WAL, schema, migrations), as did `sync --dry-run`, which
+    also took the copy's lock. They open it to read only now, and keep what an audit holds
+    elsewhere."""
     dest = tmp_path / "dest"
     with published_source(tmp_path, {"a.txt": b"alpha", "k/b.txt": b"beta"}) as src:
         assert cli("sync", src.root, dest).exit_code == 0
@@ -650,7 +651,14 @@ def test_audit_and_ls_read_a_copy_on_read_only_media(tmp_path: Path) -> None:
         with _read_only(dest):
             code, summary = cli_json("audit", src.root, dest)
             assert (code, summary["different"]) == (1, 1), summary
+            # What a sync would do, as a dry run: it cannot lock nor write such a copy.
+            code, summary = cli_json("sync", src.root, dest, "--dry-run", "--baseline")
+            assert code == 0 and summary["sets"][0]["would"], summary
         assert state.read_bytes() == before
+        # Read where it can be written, the state is left as a run leaves it: no WAL files.
+        assert cli("audit", src.root, dest).exit_code == 1
+        assert cli("ls", dest).exit_code == 0
+        assert not [p.name for p in state.parent.iterdir() if p.name.endswith(("-wal", "-shm"))]
 
 
 def test_audit_exit_2_on_error(tmp_path: Path) -> None:

@@ -282,13 +282,13 @@ class DestinationState:
         self._migrate()
 
     @classmethod
-    def reading(cls, path: Path) -> DestinationState:
-        """The state of a copy opened to read only (`audit`, `ls`): nothing is written, not
-        even a migration (a state from before one is read as it is), and a copy on media that
+    def reading(cls, path: Path, *, planning: bool = False) -> DestinationState:
+        """The state of a copy opened to read only (`audit`, `ls`; a dry run, `planning` on
+        temporary tables): nothing is written, not even a migration, and a copy on media that
         cannot be written (a read-only mount, a snapshot) can be read."""
         self = cls.__new__(cls)
         self.path = path
-        self.db = connect_read_only(path, error=StateError)
+        self.db = connect_read_only(path, error=StateError, temp=planning)
         self.db.create_function("path_key", 1, path_key, deterministic=True)
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(resources)")}
         if not {"path_key", "links"} <= columns:

@@ -18,11 +18,12 @@ pending, and a failed fetch is kept to be retried: nothing is silently lost.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -88,8 +89,10 @@ class _Syncer:
         mirror.check_state_dir(create=True)
         state_path = mirror.state_dir / STATE_FILE
         self._lock = CopyLock(mirror.state_dir, dest)
-        if mirror.state_dir.is_dir():
-            # A dry run on a copy never synced has no state folder, and creates none.
+        read_only = options.dry_run and not os.access(mirror.state_dir, os.W_OK)
+        if mirror.state_dir.is_dir() and not read_only:
+            # A dry run on a copy never synced has no state folder, and creates none; nor
+            # can it lock a copy it cannot write (a read-only mount: no sync can run there).
             self._lock.acquire()
         self._scratch: str | None = None
         if options.dry_run and options.state is None and not state_path.exists():
@@ -97,8 +100,13 @@ class _Syncer:
             # (a state kept elsewhere is only read by a dry run, never written).
             self._scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
             state_path = Path(self._scratch) / STATE_FILE
+        opening: Callable[[Path], CopyState] = options.state or DestinationState
+        if read_only and options.state is None and self._scratch is None:
+            # The state of a copy that cannot be written, read only (a dry run writes nothing
+            # there, and plans on temporary tables).
+            opening = functools.partial(DestinationState.reading, planning=True)
         try:
-            self.state: CopyState = (options.state or DestinationState)(state_path)
+            self.state: CopyState = opening(state_path)
             if not options.dry_run:
                 # Files a run that died put in place and never recorded (see Mirror.open_journal),
                 # then the journal of this one's.
