@@ -6,6 +6,7 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -87,7 +88,46 @@ def http_client(
         yield client
 
 
-def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How `validate` and `cat` read their targets: the options both take (`reading_options`)."""
+
+    maps: tuple[str, ...]
+    max_size: str
+    timeout: float
+    header: tuple[str, ...]
+    token: str | None
+    any_address: bool
+
+    def resolver(self) -> Resolver:
+        return Resolver(_mappings(self.maps))
+
+    def max_bytes(self) -> int:
+        return _size(self.max_size)
+
+    def client(self, targets: Sequence[str]) -> contextlib.AbstractContextManager[Any]:
+        headers = request_headers(self.header, self.token)
+        return http_client(targets, self.timeout, headers, self.any_address)
+
+
+def reading_options(body: Callable[..., Any]) -> Callable[..., Any]:
+    """The reading options, handed to the command as one `reading` (a `Reading`)."""
+
+    @functools.wraps(body)
+    def command(
+        *args: Any,
+        maps: tuple[str, ...],
+        max_size: str,
+        timeout: float,
+        header: tuple[str, ...],
+        token: str | None,
+        any_address: bool,
+        **kwargs: Any,
+    ) -> Any:
+        reading = Reading(maps, max_size, timeout, header, token, any_address)
+        return body(*args, reading=reading, **kwargs)
+
+    func: Callable[..., Any] = command
     func = click.option(
         "--map",
         "maps",
@@ -140,12 +180,7 @@ def validate(
     packages: bool,
     as_json: bool,
     errors_only: bool,
-    maps: tuple[str, ...],
-    max_size: str,
-    timeout: float,
-    header: tuple[str, ...],
-    token: str | None,
-    any_address: bool,
+    reading: Reading,
 ) -> None:
     """Check documents (files or URLs) against the ResourceSync rules.
 
@@ -167,14 +202,14 @@ def validate(
             f"{_escape(where)}: [{colour}]{f.level}[/{colour}]: {_escape(f.message)}{entry}"
         )
 
-    with http_client(targets, timeout, request_headers(header, token), any_address) as client:
+    with reading.client(targets) as client:
         report = validate_documents(
             list(targets),
             follow=follow,
             packages=packages,
-            resolver=Resolver(_mappings(maps)),
+            resolver=reading.resolver(),
             client=client,
-            max_bytes=_size(max_size),
+            max_bytes=reading.max_bytes(),
             on_finding=show,
             on_unreadable=lambda f: click.echo(f"resourcesync: {_where(f)}: {f.message}", err=True),
         )
@@ -271,12 +306,7 @@ def cat(
     target: str,
     follow: bool,
     as_json: bool,
-    maps: tuple[str, ...],
-    max_size: str,
-    timeout: float,
-    header: tuple[str, ...],
-    token: str | None,
-    any_address: bool,
+    reading: Reading,
 ) -> None:
     """List the entries of a document (file or URL).
 
@@ -289,13 +319,13 @@ def cat(
       resourcesync cat resourcelist.xml --json | jq -r .loc
     """
     tty = sys.stdout.isatty()
-    with http_client([target], timeout, request_headers(header, token), any_address) as client:
+    with reading.client([target]) as client:
         for visit in walk(
             target,
             mode=FOLLOW_ALL if follow else FOLLOW_NONE,
-            resolver=Resolver(_mappings(maps)),
+            resolver=reading.resolver(),
             client=client,
-            max_bytes=_size(max_size),
+            max_bytes=reading.max_bytes(),
             on_skip=lambda url, why, ref: click.echo(
                 f"resourcesync: not followed: {url}: {why}", err=True
             ),
