@@ -399,7 +399,7 @@ def test_a_site_cannot_redirect_the_antenna_to_the_machines_own_services(
                 summary = ant.run_round(sites)
             assert (summary.new, summary.failed) == (1, 1), summary
             errors = [f["error"] for f in summary.failures]
-            assert "127.0.0.3 is a loopback address" in errors[0], errors
+            assert "127.0.0.3 is a loopback address, which a listed site on" in errors[0], errors
             assert asked == []
             with Antenna(config(tmp_path / "open", any_address=True), clock=Clock()) as ant:
                 summary = ant.run_round(sites)

@@ -127,6 +127,8 @@ class Reach:
 
     allowed: frozenset[str] = frozenset()
     hosts: frozenset[str] = frozenset()
+    #: Who leads the requests, as a refusal names it ("a Source", "a listed site").
+    leader: str = "a Source"
     _cache: dict[str, tuple[float, str | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -264,7 +266,7 @@ class Reach:
             if kind != "public" and kind not in self.allowed:
                 shown = host if literal is not None else f"{host} ({text})"
                 return (
-                    f"{shown} is a {kind} address, which a Source on "
+                    f"{shown} is a {kind} address, which {self.leader} on "
                     f"{_kinds(self.allowed)} may not lead to (--any-address to allow)"
                 )
         return None

@@ -115,7 +115,7 @@ def _reach(sites: list[Site], relays: list[str]) -> Reach:
         with contextlib.suppress(ValueError):
             if host := urlsplit(url).hostname:
                 hosts.add(host.lower())
-    return Reach(hosts=frozenset(hosts))
+    return Reach(hosts=frozenset(hosts), leader="a listed site")
 
 
 @dataclass(frozen=True, slots=True)
