@@ -304,7 +304,10 @@ class _LogFile:
         stamp = format_w3c(datetime.now(UTC).replace(microsecond=0))
         self.file.write(f"{stamp} {line}\n")
 
-    def report(self, report: SyncReport, *, delete: bool = False) -> None:
+    def report(
+        self, report: SyncReport, *, delete: bool = False, said: frozenset[int] = frozenset()
+    ) -> None:
+        """`said`: the problems (by `id`) not to write again (`_SaidOnce`)."""
         from ..iri import display_iri
 
         for s in report.sets:
@@ -313,11 +316,42 @@ class _LogFile:
                 if what:
                     self.write(f"{s.name}: {what}")
             for p in s.problems:
-                self.write(f"! {display_iri(p.uri)}: {p.message}")
+                if id(p) not in said:
+                    self.write(f"! {display_iri(p.uri)}: {p.message}")
         self.write(f"{'ok' if report.ok else 'NOT OK'} in {report.seconds:.2f} s")
 
     def close(self) -> None:
         self.file.close()
+
+
+class _SaidOnce:
+    """While following: a warning about a document (a rule it bends that we read through: a
+    zone-less datetime, a base64 digest) is said the first time it is heard, not again at
+    every run that reads the same document (every poll, every notification: 288 times a day
+    at the default poll interval). Said again when its words change (a new value, another
+    line). Failures are said every time. The JSON events keep every run's problems."""
+
+    #: Remembered at most: a Source whose warnings change at every run is said anew after.
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self._said: set[tuple[str, str]] = set()
+
+    def repeats(self, report: SyncReport) -> frozenset[int]:
+        """The problems of `report` (by `id`) already said; the others are remembered."""
+        repeated = set()
+        for s in report.sets:
+            for p in s.problems:
+                if not p.message.startswith("warning:"):
+                    continue
+                key = (p.uri, p.message)
+                if key in self._said:
+                    repeated.add(id(p))
+                    continue
+                if len(self._said) >= self.LIMIT:
+                    self._said.clear()
+                self._said.add(key)
+        return frozenset(repeated)
 
 
 def _set_line(s: SetReport, dry_run: bool, delete: bool = False) -> str:
@@ -346,7 +380,14 @@ def _set_line(s: SetReport, dry_run: bool, delete: bool = False) -> str:
     return line
 
 
-def _summary(report: SyncReport, *, quiet: bool = False, delete: bool = False) -> None:
+def _summary(
+    report: SyncReport,
+    *,
+    quiet: bool = False,
+    delete: bool = False,
+    said: frozenset[int] = frozenset(),
+) -> None:
+    """`said`: the problems (by `id`) not to say again (`_SaidOnce`)."""
     from ..iri import display_iri
 
     for s in report.sets:
@@ -358,7 +399,7 @@ def _summary(report: SyncReport, *, quiet: bool = False, delete: bool = False) -
         if s.incomplete:
             click.echo(f"resourcesync: {s.name}: {s.incomplete}", err=True)
         for p in s.problems[:20]:
-            if quiet and p.message.startswith("warning:"):
+            if (quiet and p.message.startswith("warning:")) or id(p) in said:
                 continue
             click.echo(f"resourcesync: {display_iri(p.uri)}: {p.message}", err=True)
         if len(s.problems) > 20:
@@ -762,11 +803,14 @@ def _follow(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    once = _SaidOnce()
 
     def event(kind: str, detail: Any) -> None:
+        run = hasattr(detail, "sets") and hasattr(detail, "dry_run")
+        said = once.repeats(detail) if run else frozenset()
         if log is not None:
-            if hasattr(detail, "sets") and hasattr(detail, "dry_run"):
-                log.report(detail, delete=opts.delete)
+            if run:
+                log.report(detail, delete=opts.delete, said=said)
             else:
                 log.write(f"{kind}: {detail}")
         if as_json:
@@ -777,8 +821,8 @@ def _follow(
                 }
             )
             sys.stdout.flush()
-        elif hasattr(detail, "sets") and hasattr(detail, "dry_run"):
-            _summary(detail, delete=opts.delete)
+        elif run:
+            _summary(detail, delete=opts.delete, said=said)
         else:
             click.echo(_event_line(kind, detail), err=True)
 

@@ -1,0 +1,150 @@
+"""`sync --follow` as a person runs it for months: what it says on the terminal and in its log
+at every run. A warning about a document the Source serves unchanged is said once, not at
+every poll."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from tests.hub.conftest import fast_config, run_hub
+from tests.servers import serve
+
+from .test_follow import wait_for
+
+NS = (
+    'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+    'xmlns:rs="http://www.openarchives.org/rs/terms/"'
+)
+
+
+def _urlset(md: str, *entries: str) -> str:
+    body = "\n".join(entries)
+    head = '<?xml version="1.0" encoding="UTF-8"?>'
+    return f"{head}\n<urlset {NS}>\n<rs:md {md}/>\n{body}\n</urlset>\n"
+
+
+def _follower(base: str, dest: Path, *more: str | Path) -> subprocess.Popen[str]:
+    """`sync --follow` of the site, polling every second."""
+    command = [sys.executable, "-m", "resourcesync", "sync", f"{base}/capabilitylist.xml", dest]
+    return subprocess.Popen(
+        [*command, "--follow", "--poll-interval", "1", *more],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+def _site(root: Path, base: str, hub: str) -> None:
+    """A Source whose times have no zone (as CORE's and RSEngine's): synced with a warning."""
+    (root / "r1.txt").write_text("one\n")
+    (root / "r2.txt").write_text("two\n")
+    (root / "capabilitylist.xml").write_text(
+        _urlset(
+            'capability="capabilitylist"',
+            f'<url><loc>{base}/resourcelist.xml</loc><rs:md capability="resourcelist"/></url>',
+            f'<url><loc>{base}/changelist.xml</loc><rs:md capability="changelist"/></url>',
+            f'<url><loc>{base}/changelist.xml</loc><rs:md capability="change-notification"/>'
+            f'<rs:ln rel="hub" href="{hub}"/></url>',
+        )
+    )
+    (root / "resourcelist.xml").write_text(
+        _urlset(
+            'capability="resourcelist" at="2026-11-01T00:00:00"',
+            f"<url><loc>{base}/r1.txt</loc><lastmod>2026-10-01T00:00:00</lastmod>"
+            '<rs:md length="4"/></url>',
+        )
+    )
+    (root / "changelist.xml").write_text(
+        _urlset(
+            'capability="changelist" from="2026-11-01T00:00:00"',
+            f"<url><loc>{base}/r2.txt</loc>"
+            '<rs:md change="created" datetime="2026-11-02T00:00:00" length="4"/></url>',
+        )
+    )
+
+
+def test_a_followers_warnings_about_an_unchanged_document_are_said_once(tmp_path: Path) -> None:
+    root = tmp_path / "site"
+    root.mkdir()
+    app = Starlette(routes=[Mount("/", StaticFiles(directory=root))])
+    dest, log = tmp_path / "copy", tmp_path / "sync.log"
+    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub, serve(app) as base:
+        _site(root, base, hub)
+        proc = _follower(base, dest, "--log-file", log)
+        try:
+
+            def runs() -> int:
+                return log.read_text().count("incremental via") if log.exists() else 0
+
+            wait_for(lambda: runs() >= 3, timeout=30)
+            # A new change whose digest is in base64 (the 2014 simulator's): a new warning,
+            # said once too; the zone-less times still not said again.
+            (root / "r3.txt").write_text("three\n")
+            digest = base64.b64encode(hashlib.md5(b"three\n").digest()).decode()
+            (root / "changelist.xml").write_text(
+                _urlset(
+                    'capability="changelist" from="2026-11-01T00:00:00"',
+                    f"<url><loc>{base}/r2.txt</loc>"
+                    '<rs:md change="created" datetime="2026-11-02T00:00:00" length="4"/></url>',
+                    f"<url><loc>{base}/r3.txt</loc>"
+                    '<rs:md change="created" datetime="2026-11-03T00:00:00" length="6" '
+                    f'hash="md5:{digest}"/></url>',
+                )
+            )
+            wait_for(lambda: (dest / "r3.txt").exists(), timeout=30)
+            seen = runs()
+            wait_for(lambda: runs() >= seen + 2, timeout=30)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+    assert (dest / "r3.txt").read_text() == "three\n", err
+    logged = log.read_text()
+    for said in (err, logged):
+        assert said.count("incremental via") >= 5, said
+        # Each document's zone-less times, once each; the base64 digests once.
+        assert said.count("resourcelist.xml: warning:") == 1, said
+        assert said.count("has no time zone") == 2, said
+        assert said.count("base64") == 1, said
+    assert out.count("sync ok") >= 6, out
+
+
+def _is_run(event: dict[str, object]) -> bool:
+    """A run's report (the first sync, a catch-up, a notification applied)."""
+    return isinstance(event["detail"], dict) and "sets" in event["detail"]
+
+
+def test_every_runs_warnings_stay_in_the_json_events(tmp_path: Path) -> None:
+    root = tmp_path / "site"
+    root.mkdir()
+    app = Starlette(routes=[Mount("/", StaticFiles(directory=root))])
+    dest = tmp_path / "copy"
+    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub, serve(app) as base:
+        _site(root, base, hub)
+        proc = _follower(base, dest, "--json")
+        events: list[dict[str, object]] = []
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                events.append(json.loads(line))
+                if sum(1 for e in events if _is_run(e)) >= 3:
+                    break
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=30)
+    runs = [e["detail"] for e in events if _is_run(e)]
+    assert len(runs) >= 3
+    for run in runs:
+        problems = [p for s in run["sets"] for p in s["problems"]]  # type: ignore[index]
+        assert any("has no time zone" in p["message"] for p in problems), run
