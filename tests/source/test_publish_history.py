@@ -138,7 +138,7 @@ def test_changes_of_a_run_that_died_before_packaging_are_in_the_next_change_dump
         raise OSError("killed")
 
     with monkeypatch.context() as m:
-        m.setattr("resourcesync.source.publish.write_packages", dies)
+        m.setattr("resourcesync.source.dumps.write_packages", dies)
         with pytest.raises(OSError):
             publish(cfg, clock=clock)  # the scan is committed, the packages are not written
     (data / "c.txt").write_bytes(b"c")
@@ -160,7 +160,7 @@ def test_a_file_changed_while_it_is_packaged_is_listed_again(
     cfg = config(tmp_path, capabilities=("resourcelist", "changelist", "changedump"))
     publish(cfg, clock=clock)
     (data / "a.txt").write_bytes(b"before")
-    from resourcesync.source import publish as module
+    from resourcesync.source import dumps as module
 
     real = module.write_packages
 

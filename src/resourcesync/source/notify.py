@@ -24,13 +24,16 @@ from ..atomic import AtomicFile
 from ..errors import ResourceSyncError
 from ..model import Capability, Document, Link, Resource
 from ..sitemap import write_document
+from ..w3cdt import format_w3c, parse_w3c
 from .config import PublishConfig, SetConfig
+from .setrun import SetRun
 from .state import SetState
 
 __all__ = [
     "announce_framework",
     "description_key",
     "payload",
+    "publish_notifications",
     "retry_in_background",
     "send_framework_unsent",
     "send_unsent",
@@ -267,3 +270,56 @@ def stop_background() -> None:
         r.wake.set()
     for r in retriers:
         r.join(timeout=30)
+
+
+# -- the stage of `publish` ------------------------------------------------------------------
+
+
+def publish_notifications(run: SetRun) -> None:
+    """Turn the changes not yet announced into notification payloads (consecutive,
+    non-overlapping `from`/`until`, at most `notification_max_entries` each), keep them in
+    the state, and send the unsent ones to the hub in order, retrying; what the hub does not
+    accept now is sent by the next run. The latest payload is also published at the topic
+    URI (`change/latest.xml`, served there with its `self` and `hub` links)."""
+    state = run.state
+    s = run.s
+    done = state.notifications()
+    last_seq = done[-1][2] if done else int(state.get("cn_start_seq") or state.max_seq())
+    if not done and state.get("cn_start_seq") is None:
+        # Announcing starts now: what was journaled before is in the Change Lists.
+        state.put("cn_start_seq", str(last_seq))
+        state.put("cn_from", format_w3c(run.scan.started))
+    start = done[-1][4] if done else parse_w3c(state.get("cn_from") or "")
+    top = state.max_seq()
+    if top > last_seq:
+        first = last_seq + 1
+        while first <= top:
+            count = min(s.notification_max_entries, state.count_changes(first, top))
+            last = state.nth_seq(first, count)
+            final = last == top
+            until = run.scan.completed if final else state.seq_time(last)
+            assert until is not None
+            until = max(until, start)
+            state.add_notification(first, last, start, until)
+            start, first = until, last + 1
+    rows = state.notifications()
+    if rows:
+        _, first, last, from_, until = rows[-1]
+        run.write(
+            "change/latest.xml",
+            _payload(run, first, last, from_, until),
+            state.changes(first, last),
+        )
+    elif not run.path("change/latest.xml").exists():
+        # Nothing announced yet: the topic still answers, with an empty notification.
+        run.write("change/latest.xml", _payload(run, 0, 0, start, start), [])
+    try:
+        run.notified += send_unsent(run.config, s, state)
+    except ResourceSyncError as exc:
+        run.problems.append(f"notification not accepted by the hub yet: {exc}")
+        # Sent by the next run, and meanwhile by this process if it keeps running.
+        retry_in_background(run.config)
+
+
+def _payload(run: SetRun, first: int, last: int, from_: datetime, until: datetime) -> Document:
+    return payload(run.config, run.s, from_, until)

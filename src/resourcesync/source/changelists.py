@@ -1,0 +1,137 @@
+"""The Change Lists (core 1.1 §12), rotated into an index and an archive, a stage of
+`publish`: the open list, the closed ones (each written once, under a name of its own), the
+Change List Index once one has been closed, and the Change List Archive."""
+
+from __future__ import annotations
+
+from ..model import Capability, Link, Resource
+from ..w3cdt import parse_w3c
+from .setrun import SetRun
+from .state import ChangeListRow
+
+__all__ = ["cl_name", "publish_changelists"]
+
+
+def publish_changelists(run: SetRun) -> None:
+    state = run.state
+    # The first Change List starts where the baseline began (the first Resource List's
+    # `at`), so a Destination that baselined from it finds no gap.
+    baseline = state.get("baselined")
+    start = run.scan.started if baseline is None else parse_w3c(baseline)
+    with state.transaction():
+        current = state.open_changelist(start)
+    rotated = _rotate(run, current)
+    lists = state.changelists()
+    open_row = lists[-1]
+    archive_link = Link(rel="archives", href=run.link_url("changelist-archive.xml"))
+    index_link = Link(rel="index", href=run.link_url("changelist.xml"))
+    closed = [r for r in lists if r.until is not None]
+    # A closed list is written once, under a name of its own (the open one has another:
+    # the index a reader already holds keeps pointing at a list as it was, never at one
+    # whose `until` or entries changed under it). The state remembers the last list written
+    # closed (after it was written): a run killed in between writes it again. A state
+    # without the mark rewrites every closed list once, which repairs a tree published when
+    # a closed list kept the contents it had while open.
+    written = int(state.get("cl_closed_written") or 0)
+    for row in closed:
+        name = cl_name(row)
+        if row.id > written or not run.path(name).exists():
+            doc = run.doc(
+                Capability.CHANGELIST,
+                from_=row.from_,
+                until=row.until,
+                links=[run.up, index_link],
+            )
+            run.write_changes(name, doc, row.first_seq, row.last_seq)
+            run.event(Capability.CHANGELIST, name, "created", index="changelist.xml")
+    if closed and closed[-1].id > written:
+        state.put("cl_closed_written", str(closed[-1].id))
+    # The archive lists the closed Change Lists (before the index: it names closed lists
+    # only, all written by now).
+    if rotated or run.redo or not run.path("changelist-archive.xml").exists():
+        entries = [
+            Resource(loc=run.link_url(cl_name(r)), from_=r.from_, until=r.until) for r in closed
+        ]
+        doc = run.doc(Capability.CHANGELIST_ARCHIVE, links=[run.up])
+        index, n = run.split("changelist-archive.xml", doc, iter(entries))
+    else:
+        index, n = False, len(closed)
+    run.note(
+        "changelist-archive",
+        "changelist-archive.xml",
+        run.doc(Capability.CHANGELIST_ARCHIVE),
+        n,
+        index=index,
+    )
+    count = state.count_changes(open_row.first_seq)
+    if closed:
+        # The open list lives among the others; changelist.xml becomes their index.
+        open_doc = run.doc(Capability.CHANGELIST, from_=open_row.from_, links=[run.up, index_link])
+        if run.redo or rotated or not run.path(cl_name(open_row)).exists():
+            run.write_changes(cl_name(open_row), open_doc, open_row.first_seq)
+            run.event(
+                Capability.CHANGELIST,
+                cl_name(open_row),
+                "created" if rotated else "updated",
+                index="changelist.xml",
+            )
+        index_doc = run.doc(
+            Capability.CHANGELIST,
+            index=True,
+            from_=lists[0].from_,
+            links=[run.up, archive_link],
+        )
+        if run.redo or rotated or not run.path("changelist.xml").exists():
+            run.write(
+                "changelist.xml",
+                index_doc,
+                [
+                    Resource(loc=run.link_url(cl_name(r)), from_=r.from_, until=r.until)
+                    for r in lists
+                ],
+            )
+        run.note("changelist", "changelist.xml", index_doc, len(lists), index=True)
+        if run.redo or rotated:
+            # The open lists of before, now closed and out of the index.
+            for row in closed:
+                run.path(cl_name(row, open_=True)).unlink(missing_ok=True)
+    else:
+        doc = run.doc(Capability.CHANGELIST, from_=open_row.from_, links=[run.up, archive_link])
+        if run.redo or not run.path("changelist.xml").exists():
+            existed = run.path("changelist.xml").exists()
+            run.write_changes("changelist.xml", doc, open_row.first_seq)
+            run.event(Capability.CHANGELIST, "changelist.xml", "updated" if existed else "created")
+        run.note("changelist", "changelist.xml", doc, count)
+
+
+def cl_name(row: ChangeListRow, *, open_: bool | None = None) -> str:
+    if row.until is None if open_ is None else open_:
+        return f"changelists/changelist-{row.id:05d}-open.xml"
+    return f"changelists/changelist-{row.id:05d}.xml"
+
+
+def _rotate(run: SetRun, current: ChangeListRow) -> int:
+    """Close the open list when the policy says so; returns how many were closed."""
+    state = run.state
+    s = run.s
+    closed = 0
+    while True:
+        count = state.count_changes(current.first_seq)
+        if count > s.changelist_max_entries:
+            last = state.nth_seq(current.first_seq, s.changelist_max_entries)
+            until = state.seq_time(last)
+            assert until is not None
+        elif (
+            s.changelist_max_age is not None
+            and count > 0
+            and (run.clock() - current.from_).total_seconds() >= s.changelist_max_age
+        ):
+            last = state.max_seq()
+            until = state.next_datetime()
+        else:
+            break
+        state.close_changelist(current, last, until)
+        closed += 1
+        current = state.changelists()[-1]
+    run.rotated += closed
+    return closed
