@@ -21,13 +21,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from resourcesync.destination.mirror import (
-    MAX_PATH_BYTES,
     IntegrityError,
     Mapping,
     Mirror,
     UnsafePath,
     Written,
 )
+from resourcesync.destination.paths import MAX_PATH_BYTES
+from resourcesync.destination.unpack import extract
 from resourcesync.errors import ResourceSyncError
 from resourcesync.model import Resource
 
@@ -423,7 +424,7 @@ def test_property_never_outside_the_mapping(tmp_path: Path, rest: str) -> None:
 
 def _mapping_of(m: Mirror, uri: str) -> tuple[str, str] | str:
     try:
-        path, root = m._map_unchecked(uri)
+        path, root = m._uris._map_unchecked(uri)
     except UnsafePath as exc:
         return exc.message
     return str(path), root.mapping.prefix
@@ -756,7 +757,7 @@ def test_extract_puts_members_where_their_uris_map(
         Resource(loc=f"{HOST}/k1/gone", change="deleted"),
         entry(f"{HOST}/k2/b.txt", "/res/b", b),
     ]
-    results = list(mirror.extract(pkg, manifest))
+    results = list(extract(mirror, pkg, manifest))
     assert [(r.loc, type(v)) for r, v in results] == [
         (f"{HOST}/k1/a.txt", Written),
         (f"{HOST}/k2/b.txt", Written),
@@ -792,7 +793,7 @@ def test_extract_refuses_hostile_members_and_goes_on(tmp_path: Path, dest: Path)
         Resource(loc=f"{HOST}/badhash", path="/res/badhash", hashes={"md5": md5(b"other")}),
         entry(f"{HOST}/good", "/res/good", good),
     ]
-    results = list(m.extract(pkg, manifest))
+    results = list(extract(m, pkg, manifest))
     assert [r.loc for r, _ in results] == [e.loc for e in manifest]
     errors = {r.loc: v for r, v in results if isinstance(v, ResourceSyncError)}
     assert set(errors) == {e.loc for e in manifest} - {f"{HOST}/good"}
@@ -818,12 +819,12 @@ def test_extract_limits(tmp_path: Path, mirror: Mirror, dest: Path) -> None:
     text = b" " * 4000  # a ratio above 200, but small: no bomb
     pkg = make_zip(tmp_path / "p.zip", {"r/data": data, "r/text": text})
     manifest = [entry(f"{HOST}/data", "/r/data", data), entry(f"{HOST}/text", "/r/text", text)]
-    results = dict((r.loc, v) for r, v in mirror.extract(pkg, manifest, max_entry_bytes=5000))
+    results = dict((r.loc, v) for r, v in extract(mirror, pkg, manifest, max_entry_bytes=5000))
     assert isinstance(results[f"{HOST}/data"], UnsafePath)
     assert "exceeds the limit of 5000" in str(results[f"{HOST}/data"])
     assert isinstance(results[f"{HOST}/text"], Written)
     results = dict(
-        (r.loc, v) for r, v in mirror.extract(pkg, manifest, max_ratio=10, ratio_floor=0)
+        (r.loc, v) for r, v in extract(mirror, pkg, manifest, max_ratio=10, ratio_floor=0)
     )
     assert isinstance(results[f"{HOST}/text"], UnsafePath)
     assert isinstance(results[f"{HOST}/data"], Written)
@@ -844,7 +845,7 @@ def test_extract_a_member_that_inflates_past_its_declared_size(
     pkg.write_bytes(bytes(blob))
     put(mirror, f"{HOST}/x", GOOD)
     manifest = [Resource(loc=f"{HOST}/x", path="/r/x", length=100)]
-    [(_, result)] = list(mirror.extract(pkg, manifest))
+    [(_, result)] = list(extract(mirror, pkg, manifest))
     assert isinstance(result, IntegrityError)
     assert (dest / "x").read_bytes() == GOOD
     assert os.listdir(dest) == ["x"]
@@ -854,7 +855,7 @@ def test_extract_refuses_a_file_that_is_not_a_zip(tmp_path: Path, mirror: Mirror
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"not a zip")
     with pytest.raises(ResourceSyncError, match="not a readable ZIP"):
-        list(mirror.extract(bad, [entry(f"{HOST}/a", "/a", b"")]))
+        list(extract(mirror, bad, [entry(f"{HOST}/a", "/a", b"")]))
 
 
 def test_a_file_takes_its_name_with_its_time(dest: Path, monkeypatch: pytest.MonkeyPatch) -> None:

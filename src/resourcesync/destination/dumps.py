@@ -38,6 +38,7 @@ from .options import Run
 from .plan import MAX_PARTS, InOrder, Plan, Planner, expect, same, tell_warnings
 from .report import SetReport
 from .state import Cursor, keep_links
+from .unpack import extract
 
 #: The largest manifest read from a package (after decompression): about 1,000,000 entries.
 MAX_MANIFEST = 512 * 1024**2
@@ -109,7 +110,7 @@ def _fill_one(
     run_loop(_download(run, package, zpath))
     try:
         wanted = _wanted(plan, _manifest(zpath, package, report))
-        for res, outcome in run.mirror.extract(zpath, wanted):
+        for res, outcome in extract(run.mirror, zpath, wanted):
             if isinstance(outcome, ResourceSyncError):
                 # Fetched on its own instead: the plan still says fetch.
                 report.problem(res.loc, f"not taken from the package: {outcome.message}")
@@ -212,7 +213,7 @@ def _apply_package(
             report.unchanged += 1
         else:
             wanted.append(res)
-    for res, outcome in mirror.extract(zpath, wanted):
+    for res, outcome in extract(mirror, zpath, wanted):
         if isinstance(outcome, ResourceSyncError):
             # A member that cannot be used is fetched on its own instead (if its URI is
             # safe); the package's problem is reported, not counted as a failure twice.
@@ -455,7 +456,7 @@ def _extract_planned(run: Run, plan: Plan, key: str, report: SetReport, work: Pa
         for entry in _manifest(zpath, Resource(loc=str(zpath)), None):
             if entry.loc in uris:
                 last[entry.loc] = entry  # a URI changed twice in one package: its last change
-        for res, outcome in mirror.extract(zpath, last.values()):
+        for res, outcome in extract(mirror, zpath, last.values()):
             if isinstance(outcome, ResourceSyncError):
                 # Fetched on its own instead: the plan still says fetch.
                 report.problem(res.loc, f"not taken from the package: {outcome.message}")

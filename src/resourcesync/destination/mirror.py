@@ -3,7 +3,8 @@
 Everything the Destination writes goes through `Mirror`:
 
 - `Mirror.path_for` decides where a URI lands and refuses (`UnsafePath`) whatever could land
-  outside its mapping directory or in the state (`DEST/.resourcesync`). The rules:
+  outside its mapping directory or in the state (`DEST/.resourcesync`): from the URI alone
+  (`paths.UriMap`), then on the disk. The rules:
 
   * The URI must start with a mapping's prefix (the longest wins). Scheme and host compare
     case-insensitively, and `:80` (http) / `:443` (https) equal no port. A URI with userinfo
@@ -27,8 +28,11 @@ Everything the Destination writes goes through `Mirror`:
   killed at any moment leaves the old file or the new one at the final name, never a part of
   one; `Mirror.cleanup` removes the temporary files such a run leaves behind.
 
-- `Mirror.extract` unpacks a Resource Dump or Change Dump package member by member through
+- `unpack.extract` unpacks a Resource Dump or Change Dump package member by member through
   `incoming`, each to where its URI maps, with limits on size and compression ratio.
+
+- Each file is named in the copy's journal (`journal`) before it takes its name, until the
+  state records it: the run after a killed one removes what it put in place unrecorded.
 
 With `dry_run`, nothing is created, replaced or removed; what would be written is still hashed
 and checked, so a dry run reports what a real one would.
@@ -41,24 +45,32 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import shutil
 import stat
-import zipfile
-import zlib
 from collections import abc
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from urllib.parse import SplitResult, urlsplit
 
 from .. import rng
 from ..atomic import fsync_dir
 from ..errors import ResourceSyncError
 from ..hashing import ALGORITHMS, MultiHasher, hash_file
-from ..model import Change, Resource
+from .journal import Journal
+from .paths import (
+    INDEX_NAME,
+    MAX_NAME_BYTES,
+    STATE_DIR_NAME,
+    TEMP_OVERHEAD,
+    TEMP_RE,
+    Mapping,
+    Root,
+    UnsafePath,
+    UriMap,
+    is_within,
+)
 
 __all__ = [
     "INDEX_NAME",
@@ -72,64 +84,14 @@ __all__ = [
     "Written",
 ]
 
-#: The directory under DEST that holds the Destination's state; nothing is mapped into it.
-STATE_DIR_NAME = ".resourcesync"
-#: The file name a URI ending in "/" maps to.
-INDEX_NAME = "index.html"
 
 #: Seconds within which two modification times are the same (FAT keeps 2-second times).
 MODIFY_WINDOW = 2.0
-MAX_NAME_BYTES = 255
-MAX_PATH_BYTES = 4096
 CHUNK = 1 << 20
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-_PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
-#: The journal of files put in place and not yet recorded, in the state directory.
-JOURNAL_NAME = "written"
-# Our temporary files: "." + name + "." + 8 random hex digits + ".part".
-_TEMP_RE = re.compile(r"\..+\.[0-9a-f]{8}\.part\Z", re.DOTALL)
-_TEMP_OVERHEAD = len("..12345678.part")
-#: A last path segment the mapping takes as it is (nothing to decode, resolve or refuse but
-#: its length and the temporary-file pattern): ASCII, no control character, backslash, "%",
-#: "?" or "#".
-_PLAIN_NAME = re.compile(r"[\x20-\x22\x24\x26-\x3e\x40-\x5b\x5d-\x7e]+\Z")
-#: Directories whose mapping is remembered (`Mirror._map_unchecked`); the memo is dropped
-#: when full, so memory does not grow with the size of the tree.
-_MAPPED_DIRS_MAX = 1 << 16
-
-
-class UnsafePath(ResourceSyncError):
-    """A URI (or ZIP member) that cannot be mapped to a local path safely; the message says why."""
-
-
-class Unmapped(UnsafePath):
-    """A URI no mapping covers: on another host, or outside the part of the site mapped.
-    `hint` is the `--map` that would take it."""
-
-    def __init__(self, message: str, *, hint: str) -> None:
-        super().__init__(message)
-        self.hint = hint
 
 
 class IntegrityError(ResourceSyncError):
     """Bytes received do not match the expected length or hash."""
-
-
-@dataclass(frozen=True, slots=True)
-class Mapping:
-    """URIs starting with `prefix` land under `directory`.
-
-    The prefix is normalized: scheme and host lower-cased, a default port dropped, a trailing
-    "/" added. A relative `directory` is taken relative to the Mirror's DEST.
-    """
-
-    prefix: str
-    directory: Path
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "prefix", _normalize_prefix(self.prefix))
-        object.__setattr__(self, "directory", Path(self.directory))
 
 
 @dataclass(slots=True)
@@ -149,104 +111,6 @@ class Written:
         return Path(self.location)
 
 
-@dataclass(frozen=True, slots=True)
-class _Root:
-    mapping: Mapping
-    key: tuple[str, str, int]
-    segments: tuple[str, ...]
-    directory: Path  # absolute, lexical
-    inside_dest: bool
-    text: str = ""  # str(directory)
-
-    def __post_init__(self) -> None:
-        if not self.text:
-            object.__setattr__(self, "text", str(self.directory))
-
-
-def _normalize_prefix(prefix: str) -> str:
-    problem = _bad_chars(prefix, controls_only=True)
-    if problem:
-        raise ResourceSyncError(f"mapping prefix {problem}", source=prefix)
-    try:
-        parts = urlsplit(prefix)
-        port = parts.port
-    except ValueError as exc:
-        raise ResourceSyncError(f"mapping prefix is not a URI: {exc}", source=prefix) from None
-    if parts.scheme.lower() not in _DEFAULT_PORTS or not parts.hostname:
-        raise ResourceSyncError("mapping prefix must be an absolute http(s) URI", source=prefix)
-    if "@" in parts.netloc or parts.query or parts.fragment or "?" in prefix or "#" in prefix:
-        raise ResourceSyncError(
-            "mapping prefix must not have userinfo, a query or a fragment", source=prefix
-        )
-    scheme = parts.scheme.lower()
-    host = parts.hostname
-    netloc = f"[{host}]" if ":" in host else host
-    if port is not None and port != _DEFAULT_PORTS[scheme]:
-        netloc += f":{port}"
-    path = parts.path or "/"
-    if not path.endswith("/"):
-        path += "/"
-    try:
-        segments = _decode_segments(path[1:-1].split("/")) if path != "/" else []
-    except UnsafePath as exc:
-        raise ResourceSyncError(f"mapping prefix: {exc.message}", source=prefix) from None
-    for seg in segments:
-        if seg in ("", ".", ".."):
-            raise ResourceSyncError(
-                "mapping prefix path must not have empty, '.' or '..' segments", source=prefix
-            )
-    return f"{scheme}://{netloc}{path}"
-
-
-def _authority(parts: SplitResult) -> tuple[str, str, int]:
-    """(scheme, host, port) with the default port filled in; raises ValueError on a bad port."""
-    scheme = parts.scheme.lower()
-    port = parts.port
-    return scheme, parts.hostname or "", port if port is not None else _DEFAULT_PORTS[scheme]
-
-
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
-_CONTROLS_OR_BACKSLASH = re.compile("[\x00-\x1f\x7f-\x9f\\\\]")
-
-
-def _bad_chars(text: str, *, controls_only: bool = False) -> str | None:
-    """Why `text` cannot be (part of) a file name, or None."""
-    found = (_CONTROLS if controls_only else _CONTROLS_OR_BACKSLASH).search(text)
-    if found is None:
-        return None
-    ch = found.group()
-    if ch == "\0":
-        return "contains NUL"
-    if ch == "\\":
-        return "contains a backslash"
-    return f"contains the control character {ch!r}"
-
-
-def _decode_segments(raw_segments: Iterable[str]) -> list[str]:
-    """Percent-decode each segment once (UTF-8, strict)."""
-    out = []
-    for raw in raw_segments:
-        if "%" not in raw and raw.isascii():
-            out.append(raw)  # nothing to decode
-            continue
-        try:
-            data = raw.encode("utf-8")
-        except UnicodeEncodeError:
-            raise UnsafePath(f"segment {raw!r} is not valid Unicode") from None
-        decoded = _PCT.sub(lambda m: bytes([int(m.group(1), 16)]), data)
-        if b"%" in _PCT.sub(b"", data):
-            raise UnsafePath(f"segment {raw!r} has a '%' that is not a percent-encoding")
-        try:
-            out.append(decoded.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise UnsafePath(f"segment {raw!r} does not decode as UTF-8") from None
-    return out
-
-
-def _is_within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def _set_times(fd: int, path: str, mtime: datetime) -> None:
     """Give the open file `fd` (at `path`) `mtime` as its access and modification times (best
     effort: a file system that refuses keeps the time of the write)."""
@@ -257,7 +121,7 @@ def _set_times(fd: int, path: str, mtime: datetime) -> None:
 
 def _temp_prefix(name: str) -> str:
     """'.' + name, cut (on a character boundary) so the temporary name fits in 255 bytes."""
-    data = name.encode("utf-8")[: MAX_NAME_BYTES - _TEMP_OVERHEAD]
+    data = name.encode("utf-8")[: MAX_NAME_BYTES - TEMP_OVERHEAD]
     return "." + data.decode("utf-8", errors="ignore")
 
 
@@ -266,7 +130,7 @@ class Located:
     """Where a URI lands (from `Mirror.locate`): the path as a string, and its mapping."""
 
     path: str
-    root: _Root
+    root: Root
 
 
 class Mirror:
@@ -290,8 +154,8 @@ class Mirror:
         #: Where a file replaced or deleted goes first (at its path under DEST).
         self.backup_dir = Path(os.path.abspath(backup_dir)) if backup_dir else None
         if self.backup_dir is not None and (
-            _is_within(str(self.backup_dir), str(self.dest))
-            or _is_within(str(self.dest), str(self.backup_dir))
+            is_within(str(self.backup_dir), str(self.dest))
+            or is_within(str(self.dest), str(self.backup_dir))
         ):
             raise ResourceSyncError(
                 "the backup directory must not overlap the copy (it would be synced and "
@@ -308,41 +172,23 @@ class Mirror:
         #: The directories this run created: what is in them is what it put there (files
         #: by O_EXCL and rename, and these directories), so a name there needs no `lstat`.
         self._made_dirs: set[str] = set()
-        #: URI up to its last "/" -> (root, local directory, bytes of its path below the root
-        #: plus one): the part of the mapping that is the same for every name in a directory.
-        self._mapped_dirs: dict[str, tuple[_Root, str, int]] = {}
         self._roots_real: dict[Path, str] = {}
         self.fsync = fsync
         self.dry_run = dry_run
         #: Whether a file written gets the time it is given (`incoming(mtime=…)`: the
         #: Source's `<lastmod>`) as its modification time.
         self.times = times
-        #: The journal of files put in place and not yet recorded (`open_journal`).
-        self._journal: int | None = None
-        by_prefix: dict[str, _Root] = {}
-        for mapping in mappings:
-            directory = Path(os.path.abspath(self.dest / mapping.directory))
-            if _is_within(str(directory), str(self.state_dir)):
-                raise ResourceSyncError(
-                    f"mapping directory {directory} lies in the state directory {self.state_dir}",
-                    source=mapping.prefix,
-                )
-            parts = urlsplit(mapping.prefix)
-            path = parts.path
-            segments = tuple(_decode_segments(path[1:-1].split("/"))) if path != "/" else ()
-            by_prefix[mapping.prefix] = _Root(
-                mapping=mapping,
-                key=_authority(parts),
-                segments=segments,
-                directory=directory,
-                inside_dest=_is_within(str(directory), str(self.dest)),
-            )
-        # Longest first: the first root that matches is the longest prefix.
-        self._roots = sorted(by_prefix.values(), key=lambda r: len(r.segments), reverse=True)
+        #: The files put in place and not yet recorded (`open_journal`).
+        self._journal = Journal(self.state_dir, dry_run=dry_run, fsync=fsync)
+        uris = UriMap(self.dest, mappings, self.state_dir)
+        self._roots = uris.roots
+        #: Where a URI maps, from the URI alone (`UriMap.map`: the hot path, called direct).
+        self._map: Callable[[str], tuple[str, Root]] = uris.map
+        self._uris = uris
 
     @property
     def mappings(self) -> list[Mapping]:
-        return [r.mapping for r in self._roots]
+        return self._uris.mappings
 
     # -- where a URI lands ------------------------------------------------------------------
 
@@ -410,13 +256,13 @@ class Mirror:
     # The mapping works on strings: a Path made and printed twice a resource was 4–5 % of a
     # sync's CPU (issue 15.1). Paths are made at the edges (`path_for`, `Written.path`).
 
-    def _locate(self, uri: str) -> tuple[str, _Root]:
+    def _locate(self, uri: str) -> tuple[str, Root]:
         """Where `uri` maps, with what lies on the disk on the way checked."""
         path, root = self._map(uri)
         self._checked(uri, path, root)
         return path, root
 
-    def _checked(self, uri: str, path: str, root: _Root, *, name: bool = True) -> None:
+    def _checked(self, uri: str, path: str, root: Root, *, name: bool = True) -> None:
         """`_check_location`, its refusal naming `uri`."""
         try:
             self._check_location(path, root, name=name)
@@ -425,122 +271,7 @@ class Mirror:
                 exc.source = uri
             raise
 
-    def _map(self, uri: str) -> tuple[str, _Root]:
-        """Where `uri` maps (the rules of the module docstring), from the URI alone."""
-        try:
-            return self._map_unchecked(uri)
-        except UnsafePath as exc:
-            if exc.source is None:
-                exc.source = uri
-            raise
-
-    def _map_unchecked(self, uri: str) -> tuple[str, _Root]:
-        # The hot path of every sync (twice a resource): a URI in a directory mapped before
-        # whose last segment is plain costs the checks that depend on that segment only.
-        head, _, name = uri.rpartition("/")
-        known = self._mapped_dirs.get(head)
-        plain = _PLAIN_NAME.match(name) is not None and name not in (".", "..")
-        if known is None or not plain:
-            path, root = self._map_uri(uri)
-            if plain and "?" not in head and "#" not in head:
-                text = path
-                if len(self._mapped_dirs) >= _MAPPED_DIRS_MAX:
-                    self._mapped_dirs.clear()
-                below = text[1:] if root.text == "/" else text[len(root.text) + 1 :]
-                rel = len(below.encode("utf-8")) - len(name)
-                self._mapped_dirs[head] = (root, text[: -len(name) - 1], rel)
-            return path, root
-        root, directory, rel = known
-        # The directory's segments were checked when it was mapped; the name's length here
-        # (ASCII: a character a byte), the rest as `_map_uri` checks it.
-        if len(name) > MAX_NAME_BYTES:
-            raise UnsafePath(f"a name is longer than {MAX_NAME_BYTES} bytes: {name[:40]!r}…")
-        return self._tail(name, rel + len(name), f"{directory}/{name}"), root
-
-    def _map_uri(self, uri: str) -> tuple[str, _Root]:
-        """The mapping of the module docstring, from the URI alone."""
-        problem = _bad_chars(uri, controls_only=True)
-        if problem:
-            raise UnsafePath(f"URI {problem}")
-        try:
-            parts = urlsplit(uri)
-            key = _authority(parts) if parts.scheme.lower() in _DEFAULT_PORTS else None
-        except ValueError as exc:
-            raise UnsafePath(f"not a valid URI: {exc}") from None
-        if "@" in parts.netloc:
-            raise UnsafePath("URI has userinfo (user@host); refused")
-        uri_path = parts.path or "/"
-        if key is None or not uri_path.startswith("/"):
-            raise Unmapped("no mapping covers this URI (not an http(s) URI)", hint="")
-        raw = uri_path.split("/")[1:]
-        decoded = _decode_segments(raw)
-        for root in self._roots:
-            n = len(root.segments)
-            if root.key == key and len(decoded) > n and tuple(decoded[:n]) == root.segments:
-                break
-        else:
-            raise self._unmapped(parts, key)
-
-        rest, raw_rest = decoded[n:], raw[n:]
-        if rest[-1] == "":
-            rest[-1] = INDEX_NAME
-        # One search over the whole path for the characters no name may hold; the segment
-        # that holds one is looked for only then.
-        check_chars = _CONTROLS_OR_BACKSLASH.search("".join(rest)) is not None
-        for i, (seg, raw_seg) in enumerate(zip(rest, raw_rest, strict=True)):
-            if seg == "":
-                what = "a leading" if i == 0 else "an"
-                raise UnsafePath(f"{what} empty path segment (//)")
-            if seg in (".", ".."):
-                raise UnsafePath(f"path segment {raw_seg!r} is {seg!r}")
-            if "/" in seg:
-                raise UnsafePath(f"path segment {raw_seg!r} decodes to a name with '/'")
-            bad = _bad_chars(seg) if check_chars else None
-            if bad:
-                raise UnsafePath(f"path segment {raw_seg!r} {bad}")
-        if parts.query:
-            if "\\" in parts.query:
-                raise UnsafePath("query contains a backslash")
-            rest[-1] += "?" + parts.query.replace("/", "%2F")
-        for seg in rest:
-            # A character is at most 4 bytes in UTF-8: short names need no encoding to tell.
-            if len(seg) * 4 > MAX_NAME_BYTES and len(seg.encode("utf-8")) > MAX_NAME_BYTES:
-                raise UnsafePath(f"a name is longer than {MAX_NAME_BYTES} bytes: {seg[:40]!r}…")
-        joined = "/".join(rest)
-        # One string, parsed once (no segment is empty, "." or "..", nor holds a "/").
-        text = f"{root.text}/{joined}" if root.text != "/" else f"/{joined}"
-        return self._tail(rest[-1], len(joined.encode("utf-8")), text), root
-
-    def _tail(self, name: str, below: int, text: str) -> str:
-        """The checks of a mapping that depend on its last segment `name`, once every segment
-        is known to be a sane name: the temporary-file pattern, the length below the root
-        (`below` bytes) and in all, the state directory. `text`: the local path."""
-        if _TEMP_RE.match(name):
-            raise UnsafePath(f"name {name!r} looks like a temporary file of ours")
-        if below > MAX_PATH_BYTES:
-            raise UnsafePath(f"path is longer than {MAX_PATH_BYTES} bytes")
-        if len(os.fsencode(text)) + _TEMP_OVERHEAD >= MAX_PATH_BYTES:
-            raise UnsafePath("local path would be too long for the file system")
-        if text.startswith(self._state_prefix) or text == self._state_str:
-            raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
-        return text
-
-    def _unmapped(self, parts: SplitResult, key: tuple[str, str, int]) -> Unmapped:
-        """Why no mapping covers a URI, and the --map that would take it."""
-        site = f"{parts.scheme}://{parts.netloc}/"
-        covered = [r.mapping.prefix for r in self._roots]
-        if not covered:
-            why = "no mapping covers this URI"
-        elif all(r.key != key for r in self._roots):
-            hosts = sorted({urlsplit(p).netloc for p in covered})
-            why = f"no mapping covers this URI: it is on {parts.netloc}, not on {', '.join(hosts)}"
-        else:
-            why = "no mapping covers this URI: it is outside " + ", ".join(
-                p for p in covered if urlsplit(p).netloc == parts.netloc
-            )
-        return Unmapped(why, hint=f"--map {site}=DIR")
-
-    def _check_location(self, path: str | Path, root: _Root, *, name: bool = True) -> None:
+    def _check_location(self, path: str | Path, root: Root, *, name: bool = True) -> None:
         """Refuse the state directory, symlinks out of the root, and file/directory conflicts
         (on the way to `path`, and at `path` itself unless `name` is False).
 
@@ -571,18 +302,18 @@ class Mirror:
                 raise UnsafePath(f"{path} conflicts with an existing directory")
             if stat.S_ISLNK(st.st_mode):
                 real = os.path.realpath(target)
-                if not _is_within(real, self._root_real(root)):
+                if not is_within(real, self._root_real(root)):
                     raise UnsafePath(
                         f"a symlink would take {path} out of {root.directory} (to {real})"
                     )
-                if _is_within(real, self._state_real):
+                if is_within(real, self._state_real):
                     raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
                 if os.path.isdir(real):
                     raise UnsafePath(f"{path} conflicts with an existing directory")
         except OSError as exc:
             raise UnsafePath(f"cannot check {path}: {exc.strerror or exc}") from None
 
-    def _check_parents(self, path: str | Path, parent: str, root: _Root) -> None:
+    def _check_parents(self, path: str | Path, parent: str, root: Root) -> None:
         """Walk down from the root to `parent`, one `lstat` for each directory not yet known:
         a file where a directory is needed, or a symlink out of the root or into the state, is
         refused; each directory found safe is remembered with its real path. Below the first
@@ -601,14 +332,14 @@ class Mirror:
                 st = os.lstat(current)
             except FileNotFoundError:
                 below = os.path.join(real, *rest[i:])
-                if _is_within(below, self._state_real):
+                if is_within(below, self._state_real):
                     raise UnsafePath(
                         f"would land in the state directory {STATE_DIR_NAME}"
                     ) from None
                 return
             if stat.S_ISLNK(st.st_mode):
                 real = os.path.realpath(current)
-                if not _is_within(real, self._root_real(root)):
+                if not is_within(real, self._root_real(root)):
                     raise UnsafePath(
                         f"a symlink would take {path} out of {root.directory} (to {real})"
                     )
@@ -618,18 +349,18 @@ class Mirror:
                 real = f"{real}/{seg}" if real != "/" else f"/{seg}"
             else:
                 raise UnsafePath(f"{current} conflicts with an existing file")
-            if _is_within(real, self._state_real):
+            if is_within(real, self._state_real):
                 raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
             self._safe_dirs[current] = real
 
-    def _root_real(self, root: _Root) -> str:
+    def _root_real(self, root: Root) -> str:
         real = self._roots_real.get(root.directory)
         if real is None:
             try:
                 real = os.path.realpath(root.directory)
             except OSError as exc:
                 raise UnsafePath(f"cannot check {root.directory}: {exc}") from None
-            if root.inside_dest and not _is_within(real, str(self.dest)):
+            if root.inside_dest and not is_within(real, str(self.dest)):
                 raise UnsafePath(
                     f"mapping directory {root.directory} is a symlink out of DEST (to {real})"
                 )
@@ -695,7 +426,7 @@ class Mirror:
                 t = mtime.timestamp()
                 os.utime(location, (t, t))
 
-    def _make_parents(self, location: str, root: _Root, uri: str) -> None:
+    def _make_parents(self, location: str, root: Root, uri: str) -> None:
         """Create the missing directories between the root and `location` (fsync'd when
         asked)."""
         parent_text = os.path.dirname(location)
@@ -738,16 +469,16 @@ class Mirror:
         temporary files left out: what `audit` and `sync --repair` compare with the Source."""
         state = self._state_str
         for dirpath, dirnames, filenames in os.walk(self._dest_str):
-            dirnames[:] = [d for d in dirnames if not _is_within(os.path.join(dirpath, d), state)]
+            dirnames[:] = [d for d in dirnames if not is_within(os.path.join(dirpath, d), state)]
             for name in filenames:
                 path = os.path.join(dirpath, name)
-                if not _TEMP_RE.match(name) and os.path.isfile(path):
+                if not TEMP_RE.match(name) and os.path.isfile(path):
                     yield path
 
     def remove_stray(self, path: str) -> bool:
         """Remove a file of DEST that no URI the Source lists maps to and that the copy does
         not hold (`sync --repair --delete`), as `delete` removes a resource's."""
-        if not _is_within(path, self._dest_str) or _is_within(path, self._state_str):
+        if not is_within(path, self._dest_str) or is_within(path, self._state_str):
             raise UnsafePath(f"{path} is not a file of the copy")
         return self._remove(Path(path), self.dest, path)
 
@@ -778,7 +509,7 @@ class Mirror:
         if self.fsync:
             fsync_dir(path.parent)
         current = path.parent
-        while current != top and _is_within(str(current), str(top)):
+        while current != top and is_within(str(current), str(top)):
             try:
                 os.rmdir(current)
             except OSError:
@@ -797,7 +528,7 @@ class Mirror:
         try:
             rel = path.relative_to(self.dest)
         except ValueError:
-            root = next(r for r in self._roots if _is_within(str(path), str(r.directory)))
+            root = next(r for r in self._roots if is_within(str(path), str(r.directory)))
             rel = Path(root.directory.name) / path.relative_to(root.directory)
         target = self.backup_dir / rel
         try:
@@ -853,191 +584,36 @@ class Mirror:
             seen.add(top)
             for dirpath, dirnames, filenames in os.walk(top):
                 dirnames[:] = [
-                    d for d in dirnames if not _is_within(os.path.join(dirpath, d), state)
+                    d for d in dirnames if not is_within(os.path.join(dirpath, d), state)
                 ]
                 for name in filenames:
-                    if _TEMP_RE.match(name):
+                    if TEMP_RE.match(name):
                         count += 1
                         if not self.dry_run:
                             with contextlib.suppress(FileNotFoundError):
                                 os.unlink(os.path.join(dirpath, name))
         return count
 
-    # -- files put in place and not yet recorded -------------------------------------------
-    #
-    # A transfer records what it wrote in batches, after the files are in place: a run killed
-    # in between left files the state did not know. Fetched again by the next run while the
-    # Source lists them, they were harmless; one the Source deleted meanwhile stayed for good
-    # (a deletion of a file this copy never recorded is refused, issue 17.10) under an ok.
-    # So each file is named in a journal (its md5 and place, one `write`) before its rename,
-    # and the journal is emptied once its files are recorded; the run after a killed one
-    # removes the files the journal names that the state does not hold, when they are still
-    # the bytes written (the Source's; fetched again if it still lists them).
+    # -- files put in place and not yet recorded (`journal`) ---------------------------------
 
     def open_journal(self) -> None:
         """Name every file put in place from now on in DEST/.resourcesync/written."""
-        if self.dry_run or self._journal is not None:
-            return
-        self._journal = os.open(
-            self.state_dir / JOURNAL_NAME,
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
-            0o666,
-        )
+        self._journal.open()
 
     def recorded(self) -> None:
         """The files named so far are recorded in the state: the journal starts again."""
-        if self._journal is not None:
-            os.ftruncate(self._journal, 0)
+        self._journal.recorded()
 
     def close_journal(self) -> None:
-        if self._journal is not None:
-            fd, self._journal = self._journal, None
-            os.close(fd)
-
-    def _journal_write(self, md5: str, location: str) -> None:
-        if self._journal is not None:
-            os.write(self._journal, f"{md5} {location}\n".encode("utf-8", "surrogateescape"))
-            if self.fsync:
-                # On the disk before the rename is: a power cut must not keep the file and
-                # lose its line.
-                os.fsync(self._journal)
+        self._journal.close()
 
     def remove_unrecorded(self, recorded: abc.Callable[[str], str | None]) -> int:
         """After a run that did not finish: remove the files its journal names that are still
         the bytes it wrote and that the state does not record as such (`recorded(stored
         path)`: the md5 the state holds for that place, None when it holds nothing there);
-        return how many. They are the Source's bytes: fetched again while it lists them. A
-        file changed since is kept. The journal is emptied."""
-        path = self.state_dir / JOURNAL_NAME
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return 0
-        if not data:
-            return 0  # the last run recorded everything it put in place: nothing to write
-        removed = 0
+        return how many (`Journal.remove_unrecorded`)."""
         tops = [os.path.realpath(t) for t in [*(r.directory for r in self._roots), self.dest]]
-        for line in data.split(b"\n"):
-            md5, _, location = line.decode("utf-8", "surrogateescape").partition(" ")
-            if not location or recorded(self.stored(location)) == md5:
-                continue
-            # Only a place this copy writes to: the journal is a file whoever can write DEST
-            # can edit, and must not lead a removal out of the copy (a link on the way, `..`).
-            parent = os.path.realpath(os.path.dirname(location))
-            if (
-                os.path.normpath(location) != location
-                or not any(_is_within(parent, top) for top in tops)
-                or _is_within(parent, self._state_real)
-            ):
-                continue
-            try:
-                st = os.lstat(location)
-                if not stat.S_ISREG(st.st_mode) or hash_file(location)[1]["md5"] != md5:
-                    continue  # changed since: not what the run wrote, kept
-                if not self.dry_run:
-                    os.unlink(location)
-                removed += 1
-            except OSError:
-                continue
-        if not self.dry_run:
-            with open(path, "wb"):
-                pass
-        return removed
-
-    # -- dump packages ----------------------------------------------------------------------
-
-    def extract(
-        self,
-        package: Path,
-        manifest: Iterable[Resource],
-        *,
-        max_ratio: float = 200.0,
-        max_entry_bytes: int = 4 * 1024**3,
-        ratio_floor: int = 1 << 20,
-    ) -> Iterator[tuple[Resource, Written | ResourceSyncError]]:
-        """Extract the members of a dump package that its manifest lists, each to where its URI
-        maps, checked against the manifest's length and hashes.
-
-        Yields (entry, Written) or (entry, the error) for every manifest entry with a `path`;
-        entries without one (deletions in a Change Dump manifest) and `deleted` entries are
-        skipped. A member is refused when its name is unsafe (`..`, absolute, backslash, NUL),
-        it is absent, encrypted or a directory, its declared size differs from the manifest's
-        length or exceeds `max_entry_bytes`, or its compression ratio exceeds `max_ratio`
-        (checked for members larger than `ratio_floor` bytes: a small file of spaces is no
-        bomb). A package that is not a readable ZIP raises ResourceSyncError.
-        """
-        try:
-            zf = zipfile.ZipFile(package)
-        except (OSError, zipfile.BadZipFile, ValueError) as exc:
-            raise ResourceSyncError(
-                f"not a readable ZIP package: {exc}", source=str(package)
-            ) from None
-        with zf:
-            for entry in manifest:
-                if entry.path is None or entry.change == Change.DELETED:
-                    continue
-                try:
-                    written = self._extract_one(
-                        zf, package, entry, entry.path, max_ratio, max_entry_bytes, ratio_floor
-                    )
-                except ResourceSyncError as exc:
-                    yield entry, exc
-                else:
-                    yield entry, written
-
-    def _extract_one(
-        self,
-        zf: zipfile.ZipFile,
-        package: Path,
-        entry: Resource,
-        member_path: str,
-        max_ratio: float,
-        max_entry_bytes: int,
-        ratio_floor: int,
-    ) -> Written:
-        name = member_path[1:] if member_path.startswith("/") else member_path
-
-        def refuse(why: str, cls: type[ResourceSyncError] = UnsafePath) -> ResourceSyncError:
-            return cls(f"{package.name} member {name!r}: {why}", source=entry.loc, entry=name)
-
-        if not name:
-            raise refuse("empty member name")
-        if name.startswith("/"):
-            raise refuse("absolute member name")
-        if "\\" in name:
-            raise refuse("member name contains a backslash")
-        if "\0" in name:
-            raise refuse("member name contains NUL")
-        if any(seg in ("", ".", "..") for seg in name.split("/")):
-            raise refuse("member name has an empty, '.' or '..' segment")
-        try:
-            info = zf.getinfo(name)
-        except KeyError:
-            raise refuse("absent from the package", ResourceSyncError) from None
-        if info.is_dir():
-            raise refuse("is a directory")
-        if info.flag_bits & 0x1:
-            raise refuse("is encrypted")
-        size = info.file_size
-        if entry.length is not None and size != entry.length:
-            raise refuse(f"declares {size} bytes, the manifest says {entry.length}", IntegrityError)
-        if size > max_entry_bytes:
-            raise refuse(f"{size} bytes exceeds the limit of {max_entry_bytes}")
-        if size > ratio_floor and size / max(info.compress_size, 1) > max_ratio:
-            raise refuse(
-                f"compression ratio {size / max(info.compress_size, 1):.0f} exceeds {max_ratio:g}"
-            )
-        with self.incoming(entry.loc, length=size, hashes=entry.hashes, mtime=entry.lastmod) as inc:
-            try:
-                with zf.open(info) as member:
-                    while chunk := member.read(CHUNK):
-                        if inc.received + len(chunk) > size:
-                            raise refuse(f"inflates past its declared {size} bytes", IntegrityError)
-                        inc.write(chunk)
-            except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError) as exc:
-                raise refuse(f"cannot be read: {exc}", IntegrityError) from None
-        assert inc.written is not None
-        return inc.written
+        return self._journal.remove_unrecorded(recorded, self.stored, tops, self._state_real)
 
 
 class Incoming:
@@ -1052,7 +628,7 @@ class Incoming:
         mirror: Mirror,
         uri: str,
         location: str,
-        root: _Root,
+        root: Root,
         *,
         length: int | None = None,
         hashes: abc.Mapping[str, str] | None = None,
@@ -1172,7 +748,7 @@ class Incoming:
                     except ResourceSyncError:
                         self.abort()  # the old file stays, not backed up: nothing replaced
                         raise
-                self._mirror._journal_write(got["md5"], self.location)
+                self._mirror._journal.write(got["md5"], self.location)
                 os.replace(self.tmp, self.location)
             except OSError as exc:
                 self.abort()
