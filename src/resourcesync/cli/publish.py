@@ -140,6 +140,14 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Earlier Resource Dumps kept in the archive.",
         ),
         click.option(
+            "--keep-changelists",
+            type=click.IntRange(min=0),
+            metavar="N",
+            help="Closed Change Lists kept, the newest (default: every one). Older ones are "
+            "removed once the live Resource List is past them: a Destination further behind "
+            "is told to run a baseline.",
+        ),
+        click.option(
             "--max-delete",
             type=click.IntRange(min=0),
             help="A run that would publish more deletions than this publishes nothing (exit 1).",
@@ -200,6 +208,7 @@ def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
             resourcelist_every=o.get("resourcelist_every", DEFAULT_RESOURCELIST_EVERY),
             keep_resourcelists=o.get("keep_resourcelists", 5),
             keep_resourcedumps=o.get("keep_resourcedumps", 2),
+            keep_changelists=o.get("keep_changelists"),
             max_delete=o.get("max_delete"),
             allow_empty=bool(o.get("allow_empty")),
         )

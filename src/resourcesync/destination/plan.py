@@ -803,11 +803,15 @@ class Planner:
         self, url: str, s: SetInfo, cursor: Cursor, report: SetReport
     ) -> tuple[list[str] | None, bool]:
         """The lists covering the changes after `cursor` (None: a gap, said in the report),
-        and whether they say (by their `from`) that they reach back to its time."""
+        and whether they say (by their `from`) that they reach back before its time, and so
+        list its change. Lists that start at that very time do not: a list ends at its last
+        change (its `until`) and the next starts there, so once a Source has let the first go
+        (it keeps them as long as it likes, core 1.1 §12) the lists start at the time of the
+        change this copy last applied without listing it — every change after it listed."""
         lists, gap, earliest = lists_covering(self.run.client, url, s, cursor.datetime)
         if gap is not None:
             report.gap = gap
-        return lists, earliest is not None and earliest <= cursor.datetime
+        return lists, earliest is not None and earliest < cursor.datetime
 
 
 class InOrder:

@@ -4,6 +4,9 @@ Change List Index once one has been closed, and the Change List Archive."""
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
+
 from ..model import Capability, Link, Resource
 from ..w3cdt import parse_w3c
 from .setrun import SetRun
@@ -21,7 +24,12 @@ def publish_changelists(run: SetRun) -> None:
     with state.transaction():
         current = state.open_changelist(start)
     rotated = _rotate(run, current)
-    lists = state.changelists()
+    # Past `keep_changelists`, the oldest closed lists leave the index and the archive (and
+    # the state, once the documents no longer name them).
+    dropped = _to_drop(run)
+    gone = {r.id for r in dropped}
+    lists = [r for r in state.changelists() if r.id not in gone]
+    changed = rotated > 0 or bool(dropped)
     open_row = lists[-1]
     archive_link = Link(rel="archives", href=run.link_url("changelist-archive.xml"))
     index_link = Link(rel="index", href=run.link_url("changelist.xml"))
@@ -48,7 +56,7 @@ def publish_changelists(run: SetRun) -> None:
         state.put("cl_closed_written", str(closed[-1].id))
     # The archive lists the closed Change Lists (before the index: it names closed lists
     # only, all written by now).
-    if rotated or run.redo or not run.path("changelist-archive.xml").exists():
+    if changed or run.redo or not run.path("changelist-archive.xml").exists():
         entries = [
             Resource(loc=run.link_url(cl_name(r)), from_=r.from_, until=r.until) for r in closed
         ]
@@ -81,7 +89,7 @@ def publish_changelists(run: SetRun) -> None:
             from_=lists[0].from_,
             links=[run.up, archive_link],
         )
-        if run.redo or rotated or not run.path("changelist.xml").exists():
+        if run.redo or changed or not run.path("changelist.xml").exists():
             run.write(
                 "changelist.xml",
                 index_doc,
@@ -97,11 +105,89 @@ def publish_changelists(run: SetRun) -> None:
                 run.path(cl_name(row, open_=True)).unlink(missing_ok=True)
     else:
         doc = run.doc(Capability.CHANGELIST, from_=open_row.from_, links=[run.up, archive_link])
-        if run.redo or not run.path("changelist.xml").exists():
+        if run.redo or changed or not run.path("changelist.xml").exists():
             existed = run.path("changelist.xml").exists()
             run.write_changes("changelist.xml", doc, open_row.first_seq)
             run.event(Capability.CHANGELIST, "changelist.xml", "updated" if existed else "created")
         run.note("changelist", "changelist.xml", doc, count)
+    if dropped:
+        last = max(r.last_seq for r in dropped if r.last_seq is not None)
+        state.drop_changelists(sorted(gone), last)
+        for r in dropped:
+            run.event(Capability.CHANGELIST, cl_name(r), "deleted", index="changelist.xml")
+    if run.s.keep_changelists is not None:
+        _sweep(run, lists)
+
+
+def _to_drop(run: SetRun) -> list[ChangeListRow]:
+    """The oldest closed lists past `keep_changelists`, as far as none holds a change that a
+    Destination still needs from them: one after the live Resource List's (and Resource
+    Dump's) `at` — a Destination that starts from it reads the changes after it — nor one
+    the hub has not been told of, or the Change Dump has not packaged."""
+    keep = run.s.keep_changelists
+    if keep is None:
+        return []
+    state = run.state
+    closed = [r for r in state.changelists() if r.until is not None]
+    if len(closed) <= keep:
+        return []
+    floor = _snapshot_floor(run)
+    needed = _needed_seq(run)
+    out = []
+    for r in closed[: len(closed) - keep]:
+        assert r.until is not None and r.last_seq is not None
+        if floor is None or r.until > floor or (needed is not None and r.last_seq >= needed):
+            break
+        out.append(r)
+    return out
+
+
+def _snapshot_floor(run: SetRun) -> datetime | None:
+    """The earliest `at` of the live Resource List and Resource Dump (None: the set has
+    neither yet, or publishes neither: every change list is kept)."""
+    floor = None
+    for kind in ("resourcelist", "resourcedump"):
+        if kind not in run.s.capabilities:
+            continue
+        rows = run.state.archived(kind)
+        at = rows[-1].at if rows else None
+        if at is None:
+            return None
+        floor = at if floor is None else min(floor, at)
+    return floor
+
+
+def _needed_seq(run: SetRun) -> int | None:
+    """The first change the hub or the Change Dump still needs (None: neither needs one)."""
+    state, s = run.state, run.s
+    needed: list[int] = []
+    if s.hub:
+        done = state.notifications()
+        start = state.get("cn_start_seq")
+        needed.append(done[-1][2] + 1 if done else int(start) + 1 if start is not None else 0)
+        needed += [first for _, first, _, _, _ in state.notifications(unsent_only=True)]
+    if "changedump" in s.capabilities:
+        packaged = state.get("cd_last_seq")
+        needed.append(int(packaged) + 1 if packaged is not None else 0)
+    return min(needed) if needed else None
+
+
+_LIST_FILE = re.compile(r"changelist-\d+(?:-open)?\.xml\Z")
+
+
+def _sweep(run: SetRun, lists: list[ChangeListRow]) -> None:
+    """Remove the files of `changelists/` that the index no longer names (lists dropped, the
+    former names of lists now closed, those of a run killed before it removed them)."""
+    folder = run.path("changelists")
+    if not folder.is_dir():
+        return
+    closed = [r for r in lists if r.until is not None]
+    named = {cl_name(r) for r in closed}
+    if closed:
+        named.add(cl_name(lists[-1]))  # the open list, among the others
+    for p in folder.iterdir():
+        if _LIST_FILE.match(p.name) and f"changelists/{p.name}" not in named:
+            p.unlink(missing_ok=True)
 
 
 def cl_name(row: ChangeListRow, *, open_: bool | None = None) -> str:

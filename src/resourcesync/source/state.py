@@ -775,6 +775,20 @@ class SetState:
             if last is None or until > last:
                 self.put("last_datetime", format_w3c(until))
 
+    def drop_changelists(self, ids: list[int], through_seq: int) -> None:
+        """Forget closed Change Lists (`ids`) and the journal's changes up to `through_seq`
+        (theirs), with the notifications sent of them; the journal's last change is kept, so
+        that the next change is numbered after it."""
+        with self.transaction():
+            self.db.executemany("DELETE FROM changelists WHERE id = ?", [(i,) for i in ids])
+            self.db.execute(
+                "DELETE FROM changes WHERE seq <= ? AND seq < (SELECT MAX(seq) FROM changes)",
+                (through_seq,),
+            )
+            self.db.execute(
+                "DELETE FROM notifications WHERE sent = 1 AND last_seq <= ?", (through_seq,)
+            )
+
     def count_changes(self, first_seq: int, last_seq: int | None = None) -> int:
         if last_seq is None:
             q = "SELECT COUNT(*) FROM changes WHERE seq >= ?"
