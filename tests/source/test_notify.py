@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sqlite3
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -337,3 +338,55 @@ def test_the_framework_topic_uri_answers_as_the_spec_asks(tmp_path: Path) -> Non
     assert doc.capability == "framework-notification"
     assert empty.status_code == 200 and empty.headers["content-length"] == "0"
     assert '<http://example.org/set1/change/>; rel="self"' in empty.headers["link"]
+
+
+def test_what_the_hub_took_is_not_kept(tmp_path: Path) -> None:
+    """A Source announcing for months: the payloads the hub took are not kept in the state
+    (one a run, read at every run), but the latest notification, where the next one starts;
+    what the hub refused stays until it is taken."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    hub = Hub()
+    state = tmp_path / "out" / ".resourcesync" / "set1.sqlite"
+
+    def rows(table: str, sent: int) -> int:
+        with sqlite3.connect(state) as db:
+            q = f"SELECT COUNT(*) FROM {table} WHERE sent = ?"
+            return int(db.execute(q, (sent,)).fetchone()[0])
+
+    try:
+        with serve(hub.app) as hub_base:
+            cfg = PublishConfig(
+                out=tmp_path / "out",
+                sets=[
+                    SetConfig(
+                        "set1",
+                        data,
+                        BASE,
+                        hub=f"{hub_base}/hub",
+                        framework_notification=True,
+                        resourcelist_every="always",
+                    )
+                ],
+                docs_url="http://example.org/",
+            )
+            assert cfg.state / "set1.sqlite" == state
+            clock = Clock()
+            publish(cfg, clock=clock)
+            for round_ in range(6):
+                (data / f"n{round_}.txt").write_text("n")
+                publish(cfg, clock=clock)
+            assert len(hub.received) == 6 and len(hub.framework) >= 6
+            assert rows("notifications", 1) == 1 and rows("framework", 1) == 0
+            hub.refuse = True
+            (data / "late.txt").write_text("late")
+            publish(cfg, clock=clock)
+            assert rows("notifications", 0) == 1 and rows("framework", 0) >= 1
+            hub.refuse = False
+            publish(cfg, clock=clock)
+            assert rows("notifications", 0) == 0 and rows("framework", 0) == 0
+            assert rows("notifications", 1) == 1 and rows("framework", 1) == 0
+            assert len(hub.received) == 7
+    finally:
+        stop_background()

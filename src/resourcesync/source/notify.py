@@ -319,6 +319,7 @@ def publish_notifications(run: SetRun) -> None:
         run.problems.append(f"notification not accepted by the hub yet: {exc}")
         # Sent by the next run, and meanwhile by this process if it keeps running.
         retry_in_background(run.config)
+    state.forget_sent_notifications()
 
 
 def _payload(run: SetRun, first: int, last: int, from_: datetime, until: datetime) -> Document:

@@ -220,6 +220,7 @@ class SetState:
         self._clock = clock or (lambda: datetime.now(UTC))
         self.db = connect(self.path, _SCHEMA, error=StateError)
         self.listings = Listings(self.db)
+        self._run_floor = 0  # (`scan`)
         version = self.get("schema")
         if version is None:
             self.put("schema", str(SCHEMA_VERSION))
@@ -305,6 +306,9 @@ class SetState:
             raise StateError(
                 f"the state is in use by another run ({exc})", source=str(self.path)
             ) from None
+        # The journal's last change before this run: this run's come after it (the journal
+        # is looked at from there, never scanned whole: it holds the Source's whole history).
+        self._run_floor = self.max_seq()
         try:
             snapshot.execute("BEGIN")
             old_rows = snapshot.execute(
@@ -337,7 +341,8 @@ class SetState:
             result.completed = self._clock()
             if result.changes:
                 seqs = self.db.execute(
-                    "SELECT MIN(seq), MAX(seq) FROM changes WHERE run = ?", (result.run,)
+                    "SELECT MIN(seq), MAX(seq) FROM changes WHERE seq > ? AND run = ?",
+                    (self._run_floor, result.run),
                 ).fetchone()
                 result.first_seq, result.last_seq = seqs
             self.db.execute(
@@ -423,9 +428,9 @@ class SetState:
             # run (its old key deleted after the new one was created, in key order): it was
             # not deleted, and a Destination replaying the Change List must not delete it.
             gone = self.db.execute(
-                "DELETE FROM changes WHERE run = ? AND change = 'deleted' "
+                "DELETE FROM changes WHERE seq > ? AND run = ? AND change = 'deleted' "
                 "AND uri IN (SELECT uri FROM resources)",
-                (result.run,),
+                (self._run_floor, result.run),
             ).rowcount
             result.deleted -= gone
         j.finish()
@@ -828,6 +833,14 @@ class SetState:
     def mark_sent(self, notification: int) -> None:
         self.db.execute("UPDATE notifications SET sent = 1 WHERE id = ?", (notification,))
 
+    def forget_sent_notifications(self) -> None:
+        """Forget the notifications the hub took but the latest (the next one starts where it
+        ends): one a run would be kept, and read, for ever."""
+        self.db.execute(
+            "DELETE FROM notifications WHERE sent = 1 "
+            "AND id < (SELECT MAX(id) FROM notifications)"
+        )
+
     # -- framework notifications -----------------------------------------------------------
 
     def add_framework(self, body: bytes) -> None:
@@ -841,7 +854,8 @@ class SetState:
         ]
 
     def mark_framework_sent(self, row_id: int) -> None:
-        self.db.execute("UPDATE framework SET sent = 1 WHERE id = ?", (row_id,))
+        """The hub took it: it is not kept (a Source running for months would keep them all)."""
+        self.db.execute("DELETE FROM framework WHERE id = ?", (row_id,))
 
     # -- archives --------------------------------------------------------------------------
 
