@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -57,6 +58,17 @@ class Clock:
     def __call__(self) -> datetime:
         self.now += timedelta(microseconds=7)
         return self.now
+
+
+def _framework_config(tmp_path: Path, hub: str, **kw: Any) -> PublishConfig:
+    """Set `set1` of DIR `tmp_path/data`, announced on both channels through `hub`."""
+    return PublishConfig(
+        out=tmp_path / "out",
+        sets=[
+            SetConfig("set1", tmp_path / "data", BASE, hub=hub, framework_notification=True, **kw)
+        ],
+        docs_url="http://example.org/",
+    )
 
 
 def test_changes_are_announced_in_order_and_the_channel_is_advertised(tmp_path: Path) -> None:
@@ -310,19 +322,7 @@ def test_the_framework_topic_uri_answers_as_the_spec_asks(tmp_path: Path) -> Non
     (data / "a.txt").write_text("a")
     hub = Hub()
     with serve(hub.app) as hub_base:
-        cfg = PublishConfig(
-            out=tmp_path / "out",
-            sets=[
-                SetConfig(
-                    "set1",
-                    data,
-                    BASE,
-                    hub=f"{hub_base}/hub",
-                    framework_notification=True,
-                )
-            ],
-            docs_url="http://example.org/",
-        )
+        cfg = _framework_config(tmp_path, f"{hub_base}/hub")
         publish(cfg)
         with serve(create_app(tmp_path / "out")) as site:
             response = httpx.get(f"{site}/set1/framework/")
@@ -357,20 +357,7 @@ def test_what_the_hub_took_is_not_kept(tmp_path: Path) -> None:
 
     try:
         with serve(hub.app) as hub_base:
-            cfg = PublishConfig(
-                out=tmp_path / "out",
-                sets=[
-                    SetConfig(
-                        "set1",
-                        data,
-                        BASE,
-                        hub=f"{hub_base}/hub",
-                        framework_notification=True,
-                        resourcelist_every="always",
-                    )
-                ],
-                docs_url="http://example.org/",
-            )
+            cfg = _framework_config(tmp_path, f"{hub_base}/hub", resourcelist_every="always")
             assert cfg.state / "set1.sqlite" == state
             clock = Clock()
             publish(cfg, clock=clock)

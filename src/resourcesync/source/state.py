@@ -837,8 +837,7 @@ class SetState:
         """Forget the notifications the hub took but the latest (the next one starts where it
         ends): one a run would be kept, and read, for ever."""
         self.db.execute(
-            "DELETE FROM notifications WHERE sent = 1 "
-            "AND id < (SELECT MAX(id) FROM notifications)"
+            "DELETE FROM notifications WHERE sent = 1 AND id < (SELECT MAX(id) FROM notifications)"
         )
 
     # -- framework notifications -----------------------------------------------------------
