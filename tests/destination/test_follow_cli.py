@@ -148,3 +148,26 @@ def test_every_runs_warnings_stay_in_the_json_events(tmp_path: Path) -> None:
     for run in runs:
         problems = [p for s in run["sets"] for p in s["problems"]]  # type: ignore[index]
         assert any("has no time zone" in p["message"] for p in problems), run
+
+
+def test_a_log_rotated_away_is_opened_again_at_its_name(tmp_path: Path) -> None:
+    """logrotate renames the log (and may compress and remove it): the follower's next lines
+    go to a new file at the name it was given, not to the renamed one."""
+    root = tmp_path / "site"
+    root.mkdir()
+    app = Starlette(routes=[Mount("/", StaticFiles(directory=root))])
+    dest, log, rotated = tmp_path / "copy", tmp_path / "sync.log", tmp_path / "sync.log.1"
+    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub, serve(app) as base:
+        _site(root, base, hub)
+        proc = _follower(base, dest, "--log-file", log)
+        try:
+            wait_for(lambda: log.exists() and "incremental via" in log.read_text(), timeout=30)
+            log.rename(rotated)
+            wait_for(lambda: log.exists() and "incremental via" in log.read_text(), timeout=30)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "baseline via" in rotated.read_text()
+    # The follower's last words (it unsubscribes as it stops) are in the new file only.
+    assert "unsubscribed" in log.read_text() and "unsubscribed" not in rotated.read_text()

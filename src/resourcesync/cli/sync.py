@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -290,17 +291,52 @@ def _action_line(action: Action, *, dry_run: bool) -> str:
 
 class _LogFile:
     """`--log-file`: every change, problem and summary of the run, one timestamped line each,
-    appended (the terminal's -v/-q do not change what goes there)."""
+    appended (the terminal's -v/-q do not change what goes there).
+
+    A follower runs for months: a log rotated away (logrotate's default renames it, and may
+    compress and remove it) is opened again at its name before the next line, as
+    `logging.handlers.WatchedFileHandler` does; the lines would otherwise go to the renamed
+    file, or to none."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         try:
-            self.file = path.open("a", encoding="utf-8", buffering=1)
+            self.file = self._open()
         except OSError as exc:
             fail(f"{path}: cannot open the log file: {exc.strerror or exc}")
+        self._reopen_failed = False
+
+    def _open(self) -> Any:
+        file = self.path.open("a", encoding="utf-8", buffering=1)
+        st = os.fstat(file.fileno())
+        self._id = (st.st_dev, st.st_ino)
+        return file
+
+    def _follow_rotation(self) -> None:
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._id:
+                return
+        except OSError:
+            pass  # gone: created again
+        try:
+            file = self._open()
+        except OSError as exc:
+            if not self._reopen_failed:  # (said once; the lines go on to the file it had)
+                self._reopen_failed = True
+                click.echo(
+                    f"resourcesync: {self.path}: cannot open the log file again after it "
+                    f"was moved: {exc.strerror or exc}",
+                    err=True,
+                )
+            return
+        self.file.close()
+        self.file, self._reopen_failed = file, False
 
     def write(self, line: str) -> None:
         from ..w3cdt import format_w3c
 
+        self._follow_rotation()
         stamp = format_w3c(datetime.now(UTC).replace(microsecond=0))
         self.file.write(f"{stamp} {line}\n")
 
