@@ -7,6 +7,7 @@ listed, and a baseline brings it back."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import sqlite3
@@ -18,7 +19,7 @@ from resourcesync.sitemap import read_document
 from resourcesync.source.config import ConfigError, PublishConfig, SetConfig
 from resourcesync.source.publish import publish
 from tests.destination.helpers import cli, cli_json, published_source, tree
-from tests.source.history import Clock, check_history
+from tests.source.history import Clock, check_history, read_change_dumps, replay
 
 BASE = "http://example.org/data/"
 DOCS = "http://example.org/"
@@ -120,35 +121,44 @@ def test_lists_after_the_live_resource_list_stay_past_the_number_kept(tmp_path: 
     assert h.current == _now(data)
 
 
+@pytest.mark.parametrize("via", ["lists", "dumps"])
 def test_a_destination_that_keeps_up_never_notices_and_one_left_behind_is_told(
-    tmp_path: Path,
+    tmp_path: Path, via: str
 ) -> None:
     files = {f"f{i}.txt": f"v0 {i}".encode() for i in range(4)}
-    settings = {
+    settings: dict[str, object] = {
         "changelist_max_entries": 2,
         "keep_changelists": 1,
         "resourcelist_every": "always",
     }
+    if via == "dumps":
+        settings.update(
+            capabilities=("resourcelist", "changelist", "resourcedump", "changedump"),
+            changedump_max_packages=1,
+            keep_changedumps=1,
+        )
     with published_source(tmp_path, files, **settings) as src:
         keeps_up, behind = tmp_path / "keeps-up", tmp_path / "behind"
         for dest in (keeps_up, behind):
-            assert cli("sync", src.root, dest, "--delete").exit_code == 0
+            assert cli("sync", src.root, dest, "--delete", "--via", via).exit_code == 0
         for round_ in range(6):
             (src.data / f"f{round_ % 4}.txt").write_bytes(f"v{round_ + 1}".encode())
             (src.data / f"n{round_}.txt").write_bytes(b"new")
             src.publish()
-            code, summary = cli_json("sync", src.root, keeps_up, "--delete")
+            code, summary = cli_json("sync", src.root, keeps_up, "--delete", "--via", via)
             assert code == 0, summary
             assert summary["sets"][0]["mode"] == "incremental", summary
+            assert summary["sets"][0]["via"] == via, summary
         assert tree(keeps_up) == tree(src.data)
         assert cli("audit", src.root, keeps_up).exit_code == 0
         # The changes after `behind`'s cursor are no longer listed: not an ok over a copy
         # that lacks them, but a gap and what to do.
-        code, summary = cli_json("sync", src.root, behind, "--delete")
+        code, summary = cli_json("sync", src.root, behind, "--delete", "--via", via)
         assert code == 1, summary
         assert "no longer listed" in summary["sets"][0]["gap"], summary
         assert tree(behind) == files
-        assert cli("sync", src.root, behind, "--delete", "--baseline").exit_code == 0
+        code, summary = cli_json("sync", src.root, behind, "--delete", "--baseline", "--via", via)
+        assert code == 0, summary
         assert tree(behind) == tree(src.data)
         assert cli("audit", src.root, behind).exit_code == 0
 
@@ -245,3 +255,38 @@ def _copy(dest: Path, root: str) -> dict[str, tuple[int, str]]:
         if p.is_file()
         for b in [p.read_bytes()]
     }
+
+
+def test_closed_change_dumps_past_the_number_kept_go_with_their_packages(tmp_path: Path) -> None:
+    data, cfg, clock = _first_run(
+        tmp_path,
+        capabilities=("resourcelist", "changelist", "resourcedump", "changedump"),
+        changedump_max_packages=1,
+        keep_changedumps=1,
+        resourcelist_every="always",
+    )
+    out = tmp_path / "out" / "set1"
+    for round_ in range(8):
+        (data / f"new{round_}.txt").write_bytes(b"n")
+        (data / "seed.txt").write_bytes(f"seed {round_}".encode())
+        publish(cfg, clock=clock)
+        dumps = read_change_dumps(tmp_path / "out", DOCS, "set1")
+        for (a, _), (b, _) in itertools.pairwise(dumps):
+            assert a.until is not None and a.until == b.from_, (a.loc, b.loc)
+        _, archived = read_document(out / "changedump-archive.xml")
+        # One closed dump kept, and the one a Destination starting from the live Resource
+        # Dump needs (closed this run): never more, however long the Source runs.
+        assert len(archived) <= 2, [a.loc for a in archived]
+        # On the disk: the packages and closed dumps the documents name, nothing else.
+        named = {p.loc.removeprefix(DOCS + "set1/").rpartition("/")[0] for p, _ in dumps}
+        on_disk = {p.parent.relative_to(out).as_posix() for p in out.glob("changedumps/*/*.zip")}
+        assert on_disk == named, (on_disk, named)
+        closed = {p.relative_to(out).as_posix() for p in out.glob("changedumps/changedump-*.xml")}
+        assert closed == {a.loc.removeprefix(DOCS + "set1/") for a in archived}
+        # What the dumps hold, replayed onto the live Resource List, is the Source now.
+        h = check_history(tmp_path / "out", DOCS, "set1", archived=False)
+        at, listed = h.resourcelist
+        assert dumps[0][0].from_ is not None and dumps[0][0].from_ <= at
+        changes = [e for _, entries in dumps for e in entries]
+        assert replay(listed, changes, at) == h.current == _now(data)
+    assert round_ == 7 and len(list(out.glob("changedumps/*/*.zip"))) < 8

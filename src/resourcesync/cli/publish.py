@@ -148,6 +148,13 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "is told to run a baseline.",
         ),
         click.option(
+            "--keep-changedumps",
+            type=click.IntRange(min=0),
+            metavar="N",
+            help="Closed Change Dumps kept, with their packages, the newest (default: every "
+            "one). Older ones are removed once the live Resource Dump is past them.",
+        ),
+        click.option(
             "--max-delete",
             type=click.IntRange(min=0),
             help="A run that would publish more deletions than this publishes nothing (exit 1).",
@@ -209,6 +216,7 @@ def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
             keep_resourcelists=o.get("keep_resourcelists", 5),
             keep_resourcedumps=o.get("keep_resourcedumps", 2),
             keep_changelists=o.get("keep_changelists"),
+            keep_changedumps=o.get("keep_changedumps"),
             max_delete=o.get("max_delete"),
             allow_empty=bool(o.get("allow_empty")),
         )

@@ -5,7 +5,6 @@ Change List Index once one has been closed, and the Change List Archive."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
 
 from ..model import Capability, Link, Resource
 from ..w3cdt import parse_w3c
@@ -131,7 +130,7 @@ def _to_drop(run: SetRun) -> list[ChangeListRow]:
     closed = [r for r in state.changelists() if r.until is not None]
     if len(closed) <= keep:
         return []
-    floor = _snapshot_floor(run)
+    floor = run.snapshot_floor()
     needed = _needed_seq(run)
     out = []
     for r in closed[: len(closed) - keep]:
@@ -140,21 +139,6 @@ def _to_drop(run: SetRun) -> list[ChangeListRow]:
             break
         out.append(r)
     return out
-
-
-def _snapshot_floor(run: SetRun) -> datetime | None:
-    """The earliest `at` of the live Resource List and Resource Dump (None: the set has
-    neither yet, or publishes neither: every change list is kept)."""
-    floor = None
-    for kind in ("resourcelist", "resourcedump"):
-        if kind not in run.s.capabilities:
-            continue
-        rows = run.state.archived(kind)
-        at = rows[-1].at if rows else None
-        if at is None:
-            return None
-        floor = at if floor is None else min(floor, at)
-    return floor
 
 
 def _needed_seq(run: SetRun) -> int | None:

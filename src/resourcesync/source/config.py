@@ -151,6 +151,9 @@ class SetConfig:
     #: None: every one. Never one that holds changes after the live Resource List's (or
     #: Resource Dump's) `at`, nor changes a notification or the Change Dump still needs.
     keep_changelists: int | None = None
+    #: Closed Change Dumps kept (their packages with them), the newest; None: every one. Never
+    #: one with changes after the live Resource Dump's (or Resource List's) `at`.
+    keep_changedumps: int | None = None
     #: Change Dump packages listed in the live Change Dump before it is closed and archived.
     changedump_max_packages: int = 100
     #: A WebSub hub to send change notifications to (Change Notification 1.0.1).
@@ -204,8 +207,9 @@ class SetConfig:
         self.resourcelist_max_age, self.resourcelist_max_changes = parse_every(
             self.resourcelist_every
         )
-        if self.keep_changelists is not None and self.keep_changelists < 0:
-            raise ConfigError("keep_changelists must be 0 or more")
+        for kept in ("keep_changelists", "keep_changedumps"):
+            if (getattr(self, kept) or 0) < 0:
+                raise ConfigError(f"{kept} must be 0 or more")
         if self.changelist_max_entries < 1:
             raise ConfigError("the change list rotation needs at least 1 entry")
         if self.package_size < 1024:

@@ -160,6 +160,7 @@ def publish_changedump(run: SetRun) -> None:
         closed_one = True
     else:
         closed_one = False
+    dropped = _drop_changedumps(run)
     # The archive before the live Change Dump: a reader meanwhile may find a package in
     # both (the same URL), never in neither.
     run.archive_document("changedump", "changedump-archive.xml", by="from")
@@ -173,6 +174,40 @@ def publish_changedump(run: SetRun) -> None:
         run.write("changedump.xml", doc, [_package_entry(p) for p in live])
         run.event(Capability.CHANGEDUMP, "changedump.xml", "updated" if existed else "created")
     run.note("changedump", "changedump.xml", doc, len(live))
+    if run.s.keep_changedumps is not None:
+        # What the documents no longer name: the dropped dumps, their packages (and those of
+        # a run killed before it removed them).
+        for name in dropped:
+            run.event(Capability.CHANGEDUMP, name, "deleted")
+        named = {row.path for row in state.archived("changedump")}
+        dumps = run.path("changedumps")
+        if dumps.is_dir():
+            for p in dumps.glob("changedump-*.xml"):
+                if f"changedumps/{p.name}" not in named:
+                    p.unlink(missing_ok=True)
+        run.sweep("changedump-package", "changedumps")
+
+
+def _drop_changedumps(run: SetRun) -> list[str]:
+    """Forget the oldest closed Change Dumps past `keep_changedumps` and their packages, as
+    far as none holds a change after the live Resource Dump's (and Resource List's) `at`: a
+    Destination that starts from it needs every change after it. Returns their documents."""
+    keep, state = run.s.keep_changedumps, run.state
+    closed = state.archived("changedump")
+    if keep is None or len(closed) <= keep:
+        return []
+    floor = run.snapshot_floor()
+    dropped = []
+    with state.transaction():
+        for row in closed[: len(closed) - keep]:
+            if floor is None or row.from_ is None or row.until is None or row.until > floor:
+                break
+            for package in state.archived("changedump-package"):
+                if package.until is not None and package.until <= row.until:
+                    state.forget(package.id)
+            state.forget(row.id)
+            dropped.append(row.path)
+    return dropped
 
 
 def _packages(

@@ -233,6 +233,21 @@ class SetRun:
             and (self.clock() - at).total_seconds() >= s.resourcelist_max_age
         )
 
+    def snapshot_floor(self) -> datetime | None:
+        """The earliest `at` of the live Resource List and Resource Dump: a Destination that
+        starts from one needs every change after it (None: the set has neither yet, or
+        publishes neither: every change is kept)."""
+        floor = None
+        for kind in ("resourcelist", "resourcedump"):
+            if kind not in self.s.capabilities:
+                continue
+            rows = self.state.archived(kind)
+            at = rows[-1].at if rows else None
+            if at is None:
+                return None
+            floor = at if floor is None else min(floor, at)
+        return floor
+
     def prune(self, kind: str, keep: int) -> None:
         """Forget the oldest documents of `kind` past `keep`; their files are removed by
         `sweep` once the archive that named them has been written again without them."""
