@@ -4,7 +4,7 @@ the documents, after publishes killed mid-run, itself SIGKILLed mid-sync — eve
 never ok over a copy that differs from what the Source's documents say, `audit` agreeing with
 the truth, convergence once the Source settles (see tests/destination/walk.py).
 
-    python bench/bench_destination_walk.py --steps 2000 --seed 1 [--fsync]
+    python bench/bench_destination_walk.py --steps 2000 --seed 1 [--fsync] [--retention]
 
 Prints the counts of each step and the wall time; exits 1 at the first broken invariant,
 naming the step.
@@ -30,9 +30,17 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--initial", type=int, default=40)
     parser.add_argument("--fsync", action="store_true", help="every sync with --fsync")
+    parser.add_argument(
+        "--retention",
+        action="store_true",
+        help="policies that let old Change Lists and Change Dumps go (--keep-changelists, "
+        "--keep-changedumps)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        context = destination_walk(Path(tmp), args.seed, initial=args.initial, fsync=args.fsync)
+        context = destination_walk(
+            Path(tmp), args.seed, initial=args.initial, fsync=args.fsync, retention=args.retention
+        )
         return run(context, args.steps, args.seed)
 
 

@@ -3,11 +3,13 @@ created, updated, deleted, renamed, touched; publish runs under random rotation 
 with files changing meanwhile, runs killed with SIGKILL; a hub refusing; a Destination synced),
 the published history checked after every run (see tests/source/walk.py).
 
-    python bench/bench_publish_walk.py --steps 3000 --seed 1 [--unsettled]
+    python bench/bench_publish_walk.py --steps 3000 --seed 1 [--unsettled] [--retention]
 
 `--unsettled` also syncs the Destination while files and documents disagree (see the walk's
-`unsettled_syncs`). Prints the counts of each step and the wall time; exits 1 at the first
-broken invariant, naming the step.
+`unsettled_syncs`). `--retention` lets the Source drop its old Change Lists and Change Dumps
+(random `--keep-changelists`, `--keep-changedumps`): the history checked is what is left.
+Prints the counts of each step and the wall time; exits 1 at the first broken invariant,
+naming the step.
 """
 
 from __future__ import annotations
@@ -59,9 +61,20 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--initial", type=int, default=60)
     parser.add_argument("--unsettled", action="store_true")
+    parser.add_argument(
+        "--retention",
+        action="store_true",
+        help="policies that let old Change Lists and Change Dumps go",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        context = walk(Path(tmp), args.seed, initial=args.initial, unsettled_syncs=args.unsettled)
+        context = walk(
+            Path(tmp),
+            args.seed,
+            initial=args.initial,
+            unsettled_syncs=args.unsettled,
+            retention=args.retention,
+        )
         return run(context, args.steps, args.seed)
 
 

@@ -47,3 +47,16 @@ def test_a_destination_syncing_at_random_never_says_ok_over_a_wrong_copy(tmp_pat
     assert w.counts["sync-killed"] >= 3, w.counts
     assert w.counts["sync-ok"] >= 5 and w.counts["sync-converged"] >= 1, w.counts
     assert w.counts["publish-killed"] >= 3 and w.counts["publish-while-changing"] >= 3, w.counts
+
+
+def test_a_destination_through_a_source_that_lets_its_history_go(tmp_path: Path) -> None:
+    """The same walk with a Source that drops its old Change Lists and Change Dumps (random
+    `--keep-changelists`, `--keep-changedumps`): a copy left behind is told, never ok over
+    what it lacks, and a baseline brings it back."""
+    with destination_walk(tmp_path, seed=215, retention=True) as w:
+        for _ in range(STEPS):
+            op = w.step()
+            w.counts[op] += 1
+        w.settle()
+    assert w.counts["sync-ok"] >= 3 and w.counts["sync-converged"] >= 1, w.counts
+    assert w.counts["policy"] >= 3, w.counts

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -92,6 +93,9 @@ class Walk:
     #: The hub accepted everything during the last complete run.
     all_sent: bool = False
     run_seconds: float = 0.5
+    #: Policies that let old Change Lists and Change Dumps go (`keep_changelists`,
+    #: `keep_changedumps`): the history checked is what is left of it.
+    retention: bool = False
     #: The last complete run packaged the bytes its scan hashed (nothing changed under it),
     #: so the Change Dumps replay to the latest Resource List.
     dumps_exact: bool = True
@@ -109,6 +113,8 @@ class Walk:
         for name in self.rng.sample(self.names, self.initial):
             self._write(name)
         self.policy: tuple[int, float | None, str] = (3, None, "always")
+        #: (keep_changelists, keep_changedumps): None keeps every one.
+        self.keep: tuple[int | None, int | None] = (None, None)
 
     # -- files -----------------------------------------------------------------------------
 
@@ -185,6 +191,8 @@ class Walk:
                     framework_notification=True,
                     notification_max_entries=7,
                     resourcelist_every=every,
+                    keep_changelists=self.keep[0],
+                    keep_changedumps=self.keep[1],
                     # The walk may delete every file: its Source publishes that as a Source
                     # told to would (by default an empty set is refused: test_publish_unreadable).
                     allow_empty=True,
@@ -230,6 +238,10 @@ class Walk:
         ]
         if age is not None:
             out += ["--changelist-max-age", f"{age}s"]
+        options = ("--keep-changelists", "--keep-changedumps")
+        for option, kept in zip(options, self.keep, strict=True):
+            if kept is not None:
+                out += [option, str(kept)]
         return out
 
     def choose_policy(self) -> None:
@@ -240,6 +252,8 @@ class Walk:
             # some changes, after some time, or (the default) hardly ever in a walk.
             self.rng.choice(["always", "3-changes", "0.2s", "0.5s,4-changes", "1d,10000-changes"]),
         )
+        if self.retention:
+            self.keep = (self.rng.choice([0, 1, 3, None]), self.rng.choice([0, 1, None]))
 
     def publish_clean(self) -> None:
         result = publish(self.config())
@@ -318,8 +332,10 @@ class Walk:
     # -- checks ----------------------------------------------------------------------------
 
     def check(self, *, complete: bool) -> History:
-        h = check_history(self.out, self.docs, NAME, archived=complete)
-        if complete:
+        # With retention the history begins where the Source let it go: every archived
+        # Resource List need not replay, the dumps and the notifications hold more of it.
+        h = check_history(self.out, self.docs, NAME, archived=complete and not self.retention)
+        if complete and not self.retention:
             check_change_dumps(self.out, self.docs, NAME, h, replayed=self.dumps_exact)
             self.check_notifications(h)
         if self.settled:
@@ -407,16 +423,25 @@ def _quote(rel: str) -> str:
     return path_to_uri("", rel)
 
 
+W = TypeVar("W", bound=Walk)
+
+
 @contextlib.contextmanager
 def walk(
-    root: Path, seed: int, *, initial: int = 60, unsettled_syncs: bool = False
-) -> Iterator[Walk]:
-    """A Walk with its site served on 127.0.0.1 and its capturing hub."""
+    root: Path,
+    seed: int,
+    *,
+    initial: int = 60,
+    unsettled_syncs: bool = False,
+    retention: bool = False,
+    kind: type[W] = Walk,  # type: ignore[assignment]
+) -> Iterator[W]:
+    """A Walk (or a `kind` of one) with its site served on 127.0.0.1 and its capturing hub."""
     hub = CaptureHub()
     out = root / "out"
     out.mkdir(parents=True)
     with serve(hub.app) as hub_base, serve(create_app(out)) as site:
-        w = Walk(
+        w = kind(
             root,
             seed,
             site,
@@ -424,6 +449,7 @@ def walk(
             f"{hub_base}/hub",
             initial=initial,
             unsettled_syncs=unsettled_syncs,
+            retention=retention,
         )
         w.publish_clean()
         w.check(complete=True)
