@@ -67,12 +67,14 @@ def test_closed_lists_past_the_number_kept_are_dropped_once_the_resource_list_is
     data, cfg, clock = _first_run(
         tmp_path, changelist_max_entries=2, keep_changelists=2, resourcelist_every="always"
     )
-    changes = 0
+    changes = dropped = 0
     for round_ in range(10):
         (data / f"new{round_}.txt").write_bytes(b"n")
         (data / "seed.txt").write_bytes(f"seed {round_}".encode())
         changes += 2
-        publish(cfg, clock=clock)
+        result = publish(cfg, clock=clock).sets[0]
+        dropped += result.dropped
+        assert result.to_json()["changelists_dropped"] == result.dropped
         out = tmp_path / "out" / "set1"
         named = _index(out)
         h = check_history(tmp_path / "out", DOCS, "set1", archived=False)
@@ -93,6 +95,8 @@ def test_closed_lists_past_the_number_kept_are_dropped_once_the_resource_list_is
     with sqlite3.connect(state) as db:
         kept = int(db.execute("SELECT COUNT(*) FROM changes").fetchone()[0])
     assert kept < changes, (kept, changes)
+    # Said in the summary: every list closed is in the index, or was let go.
+    assert dropped >= 3 and int(_index(out)[0].split("-")[1].split(".")[0]) == dropped + 1
     # The validator finds nothing wrong with what is left.
     result = cli(
         "validate",

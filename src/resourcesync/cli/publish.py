@@ -295,6 +295,8 @@ def publish(
             line += " (baseline: the first Resource List; changes are listed from now on)"
         if s.rotated:
             line += f"; {plural(s.rotated, 'Change List')} closed"
+        if s.dropped:
+            line += f"; {plural(s.dropped, 'older Change List')} let go (--keep-changelists)"
         if s.packages:
             line += f"; {plural(s.packages, 'package')}"
         if not quiet:

@@ -112,6 +112,7 @@ def publish_changelists(run: SetRun) -> None:
     if dropped:
         last = max(r.last_seq for r in dropped if r.last_seq is not None)
         state.drop_changelists(sorted(gone), last)
+        run.dropped += len(dropped)
         for r in dropped:
             run.event(Capability.CHANGELIST, cl_name(r), "deleted", index="changelist.xml")
     if run.s.keep_changelists is not None:

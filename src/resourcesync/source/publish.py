@@ -67,6 +67,8 @@ class SetResult:
     documents: list[DocumentInfo] = field(default_factory=list)
     written: int = 0
     rotated: int = 0
+    #: Closed Change Lists let go (`keep_changelists`).
+    dropped: int = 0
     packages: int = 0
     stats: ScanStats | None = None
     problems: list[str] = field(default_factory=list)
@@ -85,6 +87,7 @@ class SetResult:
             "baseline": s.baseline,
             "documents_written": self.written,
             "changelists_closed": self.rotated,
+            "changelists_dropped": self.dropped,
             "packages": self.packages,
             "problems": self.problems + s.problems,
         }
@@ -270,6 +273,7 @@ def _publish(
             result.documents = publisher.documents
             result.written = publisher.written
             result.rotated = publisher.rotated
+            result.dropped = publisher.dropped
             result.packages = publisher.packages
             result.problems += publisher.problems
             set_docs[s.name] = publisher.documents

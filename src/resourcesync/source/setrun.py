@@ -95,6 +95,8 @@ class SetRun:
         self.documents: list[DocumentInfo] = []
         self.written = 0
         self.rotated = 0
+        #: Closed Change Lists let go this run (`keep_changelists`).
+        self.dropped = 0
         self.packages = 0
         self.notified = 0
         self.problems: list[str] = []
