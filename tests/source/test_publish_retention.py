@@ -17,9 +17,12 @@ import pytest
 
 from resourcesync.sitemap import read_document
 from resourcesync.source.config import ConfigError, PublishConfig, SetConfig
+from resourcesync.source.notify import stop_background
 from resourcesync.source.publish import publish
 from tests.destination.helpers import cli, cli_json, published_source, tree
+from tests.servers import serve
 from tests.source.history import Clock, check_history, read_change_dumps, replay
+from tests.source.test_notify import Hub
 
 BASE = "http://example.org/data/"
 DOCS = "http://example.org/"
@@ -294,3 +297,33 @@ def test_closed_change_dumps_past_the_number_kept_go_with_their_packages(tmp_pat
         changes = [e for _, entries in dumps for e in entries]
         assert replay(listed, changes, at) == h.current == _now(data)
     assert round_ == 7 and len(list(out.glob("changedumps/*/*.zip"))) < 8
+
+
+def test_lists_whose_changes_the_hub_has_not_taken_are_kept(tmp_path: Path) -> None:
+    """A hub that refuses: the changes it has not been sent are in no list let go, so that
+    nothing announced later is missing from the lists; once it takes them, they may go."""
+    hub = Hub()
+    try:
+        with serve(hub.app) as hub_base:
+            data, cfg, clock = _first_run(
+                tmp_path,
+                changelist_max_entries=1,
+                keep_changelists=0,
+                resourcelist_every="always",
+                hub=f"{hub_base}/hub",
+            )
+            hub.refuse = True
+            for round_ in range(4):
+                (data / f"new{round_}.txt").write_bytes(b"n")
+                result = publish(cfg, clock=clock).sets[0]
+                assert result.dropped == 0, round_
+            hub.refuse = False
+            (data / "last.txt").write_bytes(b"n")
+            publish(cfg, clock=clock)  # the lists first, then the hub takes what it refused
+            assert publish(cfg, clock=clock).sets[0].dropped >= 3  # the next run lets them go
+            # Everything the hub was told of is in what is published, or before it.
+            h = check_history(tmp_path / "out", DOCS, "set1", archived=False)
+            assert h.current == _now(data)
+    finally:
+        stop_background()
+    assert len(hub.received) == 5
