@@ -171,3 +171,34 @@ def test_a_log_rotated_away_is_opened_again_at_its_name(tmp_path: Path) -> None:
     assert "baseline via" in rotated.read_text()
     # The follower's last words (it unsubscribes as it stops) are in the new file only.
     assert "unsubscribed" in log.read_text() and "unsubscribed" not in rotated.read_text()
+
+
+def test_a_quiet_follower_says_only_what_went_wrong(tmp_path: Path) -> None:
+    """`-q` with `--follow`: nothing for the runs that went well, nor for subscriptions and
+    renewals; a Source out is still said. The log keeps everything."""
+    root = tmp_path / "site"
+    root.mkdir()
+    app = Starlette(routes=[Mount("/", StaticFiles(directory=root))])
+    dest, log = tmp_path / "copy", tmp_path / "sync.log"
+    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub, serve(app) as base:
+        _site(root, base, hub)
+        proc = _follower(base, dest, "-q", "--log-file", log)
+        try:
+
+            def logged(what: str) -> bool:
+                return log.exists() and what in log.read_text()
+
+            wait_for(lambda: logged("incremental via"), timeout=30)
+            kept = (root / "changelist.xml").read_bytes()
+            (root / "changelist.xml").unlink()  # the Source's Change List is gone: 404
+            wait_for(lambda: logged("source-unavailable"), timeout=30)
+            (root / "changelist.xml").write_bytes(kept)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert out == "", out
+    assert "source unavailable" in err, err
+    for quiet in ("subscribed", "via lists", "warning", "sync ok"):
+        assert quiet not in err, err
+    assert "subscribed" in log.read_text() and "warning" in log.read_text()

@@ -772,6 +772,7 @@ def _sync(
             duration,
             verify_timeout,
             log,
+            quiet,
         )
         return
     if show_progress() and not as_json and not quiet:
@@ -817,6 +818,13 @@ def _event_line(kind: str, detail: Any) -> str:
     return f"{stamp} resourcesync: {kind.replace('-', ' ')}: {text}"
 
 
+#: A follower's events that say something went wrong (-q still shows them): a hub or the
+#: Source out, a subscription denied or lost, a notification that could not be used.
+_TROUBLE = frozenset(
+    {"hub-unavailable", "source-unavailable", "denied", "dropped", "resubscribing"}
+)
+
+
 def _follow(
     source: str,
     dest: Path,
@@ -829,8 +837,11 @@ def _follow(
     duration: float | None,
     verify_timeout: float = 15.0,
     log: _LogFile | None = None,
+    quiet: bool = False,
 ) -> None:
-    """`intervals`: the poll and check intervals (`FollowOptions`)."""
+    """`intervals`: the poll and check intervals (`FollowOptions`). `quiet` (-q): on the
+    terminal only what went wrong — a run's failures and gaps, and the events of trouble
+    (`_TROUBLE`); the log and the JSON events keep everything."""
     import signal
     import threading
 
@@ -858,8 +869,8 @@ def _follow(
             )
             sys.stdout.flush()
         elif run:
-            _summary(detail, delete=opts.delete, said=said)
-        else:
+            _summary(detail, quiet=quiet, delete=opts.delete, said=said)
+        elif not quiet or kind in _TROUBLE:
             click.echo(_event_line(kind, detail), err=True)
 
     follow(
