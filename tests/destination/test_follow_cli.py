@@ -5,12 +5,14 @@ every poll."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -75,13 +77,20 @@ def _site(root: Path, base: str, hub: str) -> None:
     )
 
 
-def test_a_followers_warnings_about_an_unchanged_document_are_said_once(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _source(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """The Source of `_site` served from `tmp_path/site` beside a hub; yields (site, base)."""
     root = tmp_path / "site"
     root.mkdir()
     app = Starlette(routes=[Mount("/", StaticFiles(directory=root))])
-    dest, log = tmp_path / "copy", tmp_path / "sync.log"
     with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub, serve(app) as base:
         _site(root, base, hub)
+        yield root, base
+
+
+def test_a_followers_warnings_about_an_unchanged_document_are_said_once(tmp_path: Path) -> None:
+    dest, log = tmp_path / "copy", tmp_path / "sync.log"
+    with _source(tmp_path) as (root, base):
         proc = _follower(base, dest, "--log-file", log)
         try:
 
@@ -126,12 +135,8 @@ def _is_run(event: dict[str, object]) -> bool:
 
 
 def test_every_runs_warnings_stay_in_the_json_events(tmp_path: Path) -> None:
-    root = tmp_path / "site"
-    root.mkdir()
-    app = Starlette(routes=[Mount("/", StaticFiles(directory=root))])
     dest = tmp_path / "copy"
-    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub, serve(app) as base:
-        _site(root, base, hub)
+    with _source(tmp_path) as (_, base):
         proc = _follower(base, dest, "--json")
         events: list[dict[str, object]] = []
         try:
@@ -153,12 +158,8 @@ def test_every_runs_warnings_stay_in_the_json_events(tmp_path: Path) -> None:
 def test_a_log_rotated_away_is_opened_again_at_its_name(tmp_path: Path) -> None:
     """logrotate renames the log (and may compress and remove it): the follower's next lines
     go to a new file at the name it was given, not to the renamed one."""
-    root = tmp_path / "site"
-    root.mkdir()
-    app = Starlette(routes=[Mount("/", StaticFiles(directory=root))])
     dest, log, rotated = tmp_path / "copy", tmp_path / "sync.log", tmp_path / "sync.log.1"
-    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub, serve(app) as base:
-        _site(root, base, hub)
+    with _source(tmp_path) as (_, base):
         proc = _follower(base, dest, "--log-file", log)
         try:
             wait_for(lambda: log.exists() and "incremental via" in log.read_text(), timeout=30)
@@ -176,12 +177,8 @@ def test_a_log_rotated_away_is_opened_again_at_its_name(tmp_path: Path) -> None:
 def test_a_quiet_follower_says_only_what_went_wrong(tmp_path: Path) -> None:
     """`-q` with `--follow`: nothing for the runs that went well, nor for subscriptions and
     renewals; a Source out is still said. The log keeps everything."""
-    root = tmp_path / "site"
-    root.mkdir()
-    app = Starlette(routes=[Mount("/", StaticFiles(directory=root))])
     dest, log = tmp_path / "copy", tmp_path / "sync.log"
-    with run_hub(fast_config(), tmp_path / "hub.sqlite") as hub, serve(app) as base:
-        _site(root, base, hub)
+    with _source(tmp_path) as (root, base):
         proc = _follower(base, dest, "-q", "--log-file", log)
         try:
 
