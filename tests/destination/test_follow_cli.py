@@ -199,3 +199,15 @@ def test_a_quiet_follower_says_only_what_went_wrong(tmp_path: Path) -> None:
     for quiet in ("subscribed", "via lists", "warning", "sync ok"):
         assert quiet not in err, err
     assert "subscribed" in log.read_text() and "warning" in log.read_text()
+
+
+def test_a_dry_run_does_not_follow(tmp_path: Path) -> None:
+    """A follower subscribes at the Source's hubs (a change there) and applies what they
+    announce: `--dry-run` with `--follow` is refused before anything is asked or written."""
+    from tests.destination.helpers import cli
+
+    dest = tmp_path / "copy"
+    result = cli("sync", "http://127.0.0.1:9/", dest, "--follow", "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert "cannot be given with --follow" in result.stderr
+    assert not dest.exists()

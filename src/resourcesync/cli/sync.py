@@ -706,6 +706,10 @@ def sync(
 
     if o.get("since") is not None and (o.get("baseline") or o.get("repair")):
         fail("--from starts an incremental run; it cannot be given with --baseline or --repair")
+    if follow and o.get("dry_run"):
+        # A follower subscribes at hubs and applies what they announce as it comes: there is
+        # nothing it would do that one dry run does not show.
+        fail("--dry-run shows what one sync would do; it cannot be given with --follow")
     opts = _options(**o)
     log = _LogFile(log_file) if log_file is not None else None
     dry = opts.dry_run
