@@ -6,16 +6,18 @@ listed, and a baseline brings it back."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import random
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from resourcesync.sitemap import read_document
+from resourcesync.sitemap import read_document, validate
 from resourcesync.source.config import ConfigError, PublishConfig, SetConfig
 from resourcesync.source.notify import stop_background
 from resourcesync.source.publish import publish
@@ -299,9 +301,10 @@ def test_closed_change_dumps_past_the_number_kept_go_with_their_packages(tmp_pat
     assert round_ == 7 and len(list(out.glob("changedumps/*/*.zip"))) < 8
 
 
-def test_lists_whose_changes_the_hub_has_not_taken_are_kept(tmp_path: Path) -> None:
-    """A hub that refuses: the changes it has not been sent are in no list let go, so that
-    nothing announced later is missing from the lists; once it takes them, they may go."""
+@contextlib.contextmanager
+def _announced(tmp_path: Path, **kw: object) -> Iterator[tuple[Hub, Path, PublishConfig, Clock]]:
+    """A set of one file that closes a Change List at every change, keeps none closed, and
+    announces to a stand-in hub (`Hub`), published once."""
     hub = Hub()
     try:
         with serve(hub.app) as hub_base:
@@ -311,19 +314,48 @@ def test_lists_whose_changes_the_hub_has_not_taken_are_kept(tmp_path: Path) -> N
                 keep_changelists=0,
                 resourcelist_every="always",
                 hub=f"{hub_base}/hub",
+                **kw,
             )
-            hub.refuse = True
-            for round_ in range(4):
-                (data / f"new{round_}.txt").write_bytes(b"n")
-                result = publish(cfg, clock=clock).sets[0]
-                assert result.dropped == 0, round_
-            hub.refuse = False
-            (data / "last.txt").write_bytes(b"n")
-            publish(cfg, clock=clock)  # the lists first, then the hub takes what it refused
-            assert publish(cfg, clock=clock).sets[0].dropped >= 3  # the next run lets them go
-            # Everything the hub was told of is in what is published, or before it.
-            h = check_history(tmp_path / "out", DOCS, "set1", archived=False)
-            assert h.current == _now(data)
+            yield hub, data, cfg, clock
     finally:
         stop_background()
+
+
+def test_lists_whose_changes_the_hub_has_not_taken_are_kept(tmp_path: Path) -> None:
+    """A hub that refuses: the changes it has not been sent are in no list let go, so that
+    nothing announced later is missing from the lists; once it takes them, they may go."""
+    with _announced(tmp_path) as (hub, data, cfg, clock):
+        hub.refuse = True
+        for round_ in range(4):
+            (data / f"new{round_}.txt").write_bytes(b"n")
+            result = publish(cfg, clock=clock).sets[0]
+            assert result.dropped == 0, round_
+        hub.refuse = False
+        (data / "last.txt").write_bytes(b"n")
+        publish(cfg, clock=clock)  # the lists first, then the hub takes what it refused
+        assert publish(cfg, clock=clock).sets[0].dropped >= 3  # the next run lets them go
+        # Everything the hub was told of is in what is published, or before it.
+        h = check_history(tmp_path / "out", DOCS, "set1", archived=False)
+        assert h.current == _now(data)
     assert len(hub.received) == 5
+
+
+def test_the_lists_let_go_are_announced_as_deleted_on_the_framework_channel(
+    tmp_path: Path,
+) -> None:
+    """Framework Notification 1.0.1 §3: a document the Source removes is a change of the
+    framework: each Change List let go is announced as deleted, under its index."""
+    with _announced(tmp_path, framework_notification=True) as (hub, data, cfg, clock):
+        for round_ in range(4):
+            (data / f"new{round_}.txt").write_bytes(b"n")
+            publish(cfg, clock=clock)
+    deleted = []
+    for body in hub.framework:
+        report = validate([body])
+        assert report.ok and not report.errors, [str(f) for f in report.findings]
+        _, entries = read_document(body)
+        deleted += [e for e in entries if e.change == "deleted"]
+    assert deleted, "no Change List announced as let go"
+    for e in deleted:
+        assert e.capability == "changelist" and "/changelists/changelist-" in e.loc, e
+        assert e.link("index") is not None and e.link("index").href.endswith("/changelist.xml")
