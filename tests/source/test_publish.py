@@ -141,7 +141,7 @@ def test_edits_creates_deletes_renames_and_touches(
 ) -> None:
     # Files written just before they are read are read again by the next run (see the racy
     # test below); here every file counts as settled, so that a quiet re-run reads none.
-    monkeypatch.setattr("resourcesync.source.state.RACY_NS", 0)
+    monkeypatch.setattr("resourcesync.source.scan.RACY_NS", 0)
     data = tmp_path / "data"
     make_tree(data, FILES)
     clock = Clock()
@@ -449,7 +449,7 @@ def test_cli_publish_json_and_errors(tmp_path: Path) -> None:
 def test_a_new_base_url_is_every_resource_gone_and_come_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("resourcesync.source.state.RACY_NS", 0)  # every file settled
+    monkeypatch.setattr("resourcesync.source.scan.RACY_NS", 0)  # every file settled
     make_tree(tmp_path / "data", {"a.txt": b"a", "b/c.txt": b"c"})
     clock = Clock()
     publish(config(tmp_path), clock=clock)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from resourcesync.source.inventory import DirectoryInventory
-from resourcesync.source.state import ScanResult, SetState
+from resourcesync.source.scan import Scan, ScanResult
+from resourcesync.source.state import SetState
 
 BASE = "http://example.org/data/"
 
@@ -26,7 +27,7 @@ def fresh(tmp_path: Path, data: Path, **kw: object) -> list[tuple[str, int | Non
     path = tmp_path / "fresh.sqlite"
     path.unlink(missing_ok=True)
     with SetState(path) as state:
-        state.scan(DirectoryInventory(data, BASE, **kw), ["md5"], uri_base=BASE)  # type: ignore[arg-type]
+        Scan(state).run(DirectoryInventory(data, BASE, **kw), ["md5"], uri_base=BASE)  # type: ignore[arg-type]
         out = snapshot(state)
     for p in tmp_path.glob("fresh.sqlite*"):
         p.unlink()
@@ -36,7 +37,7 @@ def fresh(tmp_path: Path, data: Path, **kw: object) -> list[tuple[str, int | Non
 @pytest.fixture(autouse=True)
 def settled(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files written by the test count as settled (not racily clean): read when they change."""
-    monkeypatch.setattr("resourcesync.source.state.RACY_NS", 0)
+    monkeypatch.setattr("resourcesync.source.scan.RACY_NS", 0)
 
 
 def test_a_rerun_looks_up_only_what_changed(tmp_path: Path) -> None:
@@ -47,7 +48,7 @@ def test_a_rerun_looks_up_only_what_changed(tmp_path: Path) -> None:
             (data / d / f"f{i:02d}.txt").write_text(f"{d} {i}")
     statements: list[str] = []
     with SetState(tmp_path / "state.sqlite") as state:
-        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
         (data / "a" / "f01.txt").write_text("changed")
         (data / "a" / "f02.txt").unlink()
         (data / "a" / "new.txt").write_text("new")
@@ -56,7 +57,7 @@ def test_a_rerun_looks_up_only_what_changed(tmp_path: Path) -> None:
         (data / "e" / "f03.txt").mkdir()
         (data / "e" / "f03.txt" / "inner").write_text("inner")
         state.db.set_trace_callback(statements.append)
-        result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        result = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
         state.db.set_trace_callback(None)
         assert (result.created, result.updated, result.deleted) == (2, 1, 32)
         assert result.rehashed == 3
@@ -112,7 +113,7 @@ def test_random_changes_leave_the_snapshot_a_whole_scan_makes(tmp_path: Path) ->
                         d.unlink(missing_ok=True)
                         write(str(d.relative_to(data)) + "/f0")
             kw: dict[str, object] = {"exclude": ("*f5",)} if step % 20 == 19 else {}
-            result = state.scan(DirectoryInventory(data, BASE, **kw), ["md5"], uri_base=BASE)  # type: ignore[arg-type]
+            result = Scan(state).run(DirectoryInventory(data, BASE, **kw), ["md5"], uri_base=BASE)  # type: ignore[arg-type]
             assert snapshot(state) == fresh(tmp_path, data, **kw), step
             assert result.resources == len(snapshot(state))
 
@@ -123,9 +124,9 @@ def test_a_dirty_file_is_read_again_though_its_stat_did_not_change(tmp_path: Pat
     (data / "a.txt").write_text("a")
     (data / "b.txt").write_text("b")
     with SetState(tmp_path / "state.sqlite") as state:
-        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
         state.mark_dirty(["a.txt"])
-        result = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        result = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
         assert (result.updated, result.rehashed, result.unchanged) == (1, 1, 1)
 
 
@@ -172,7 +173,7 @@ def test_a_few_changes_are_kept_as_the_listings_delta_until_it_grows(tmp_path: P
         (data / "d" / f"f{i:03d}.txt").write_text(f"file {i}")
     rng = random.Random(7)
     with SetState(tmp_path / "state.sqlite") as state:
-        state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
         whole, delta = listing_row(state, "d/")
         assert delta is None
         sizes = []
@@ -183,7 +184,7 @@ def test_a_few_changes_are_kept_as_the_listings_delta_until_it_grows(tmp_path: P
             (data / "d" / f"new{run}.txt").write_text("new")
             statements: list[str] = []
             state.db.set_trace_callback(statements.append)
-            state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+            Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
             state.db.set_trace_callback(None)
             assert snapshot(state) == fresh(tmp_path, data), run
             files, delta = listing_row(state, "d/")
@@ -196,13 +197,13 @@ def test_a_few_changes_are_kept_as_the_listings_delta_until_it_grows(tmp_path: P
                 assert written_whole and files != whole, run
                 whole = files
                 break
-            again = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+            again = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
             assert (again.rehashed, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
         else:
             pytest.fail("the delta was never folded into the listing")
         # A delta of a few changes is a small fraction of the listing it spares.
         assert sizes and sizes[0] * 20 < len(whole)
-        again = state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        again = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
         assert (again.rehashed, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
 
 
@@ -215,7 +216,7 @@ def forty_files(tmp_path: Path) -> Path:
 
 
 def rescan(state: SetState, data: Path) -> ScanResult:
-    return state.scan(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+    return Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
 
 
 def test_a_listing_written_again_without_its_delta_drops_the_delta(tmp_path: Path) -> None:

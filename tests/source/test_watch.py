@@ -39,7 +39,7 @@ def files(data: Path) -> set[str]:
 
 @pytest.fixture(autouse=True)
 def settled(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("resourcesync.source.state.RACY_NS", 0)
+    monkeypatch.setattr("resourcesync.source.scan.RACY_NS", 0)
 
 
 def test_publishing_changed_paths_scans_only_their_directories(tmp_path: Path) -> None:

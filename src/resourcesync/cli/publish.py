@@ -261,7 +261,7 @@ def publish(
       resourcesync publish ./files --base-url https://example.org/files/ --out ./public
     """
     from ..source.publish import publish as run_publish
-    from ..source.state import DeletionsRefused
+    from ..source.scan import DeletionsRefused
 
     config = config_from_options(directory, **options)
     try:

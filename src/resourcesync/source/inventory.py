@@ -240,7 +240,7 @@ class DirectoryInventory:
 
     def signature(self, algorithms: Iterable[str]) -> str:
         """What decides which files this inventory yields and how they are described: a state
-        keeps its directory listings (`SetState.scan`) only while this stays the same."""
+        keeps its directory listings (`source/scan.py`) only while this stays the same."""
         return repr(
             (
                 1,

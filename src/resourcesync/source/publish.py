@@ -52,8 +52,9 @@ from .config import DESCRIPTION_PATH, PUBLISHED_FILE, PublishConfig, SetConfig
 from .dumps import publish_changedump, publish_resourcedump
 from .inventory import DirectoryInventory, Inventory, ScanStats
 from .resourcelists import publish_resourcelist
+from .scan import DeletionsRefused, Scan, ScanResult
 from .setrun import DocumentInfo, SetRun
-from .state import DeletionsRefused, ScanResult, SetState
+from .state import SetState
 
 __all__ = ["DocumentInfo", "PublishResult", "SetResult", "publish"]
 
@@ -160,7 +161,7 @@ def _refused_deletions(s: SetConfig, scan: ScanResult) -> str | None:
 
 def _directories(paths: Iterable[str]) -> set[str]:
     """The directories to list again for changed paths: each one's parent, and the path itself
-    in case it is a directory (`SetState.scan` keeps those it knows, or their ancestors)."""
+    in case it is a directory (`Scan` keeps those it knows, or their ancestors)."""
     out = set()
     for path in paths:
         rel = path.strip("/")
@@ -242,7 +243,7 @@ def _publish(
                 inventory = d
             step = (lambda n, name=s.name: progress(name, n)) if progress else None
             try:
-                scan = state.scan(
+                scan = Scan(state).run(
                     inventory,
                     s.hashes,
                     dry_run=dry_run,

@@ -22,7 +22,8 @@ from ..sitemap import write_document, write_split
 from ..sitemap.write import DocumentWriter
 from ..w3cdt import format_w3c
 from .config import PublishConfig, SetConfig
-from .state import ScanResult, SetState
+from .scan import ScanResult
+from .state import SetState
 
 __all__ = ["DocumentInfo", "SetRun", "stamp"]
 

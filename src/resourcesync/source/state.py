@@ -1,11 +1,9 @@
 """The state of a resource set: the last snapshot and the append-only change journal (SQLite).
 
-One database per set (WAL mode). A scan compares the inventory with the snapshot as two sorted
-streams (the snapshot is read through a second connection, a stable view while the first one
-writes), so memory does not grow with the number of resources. Only items whose fingerprint
-changed are read and hashed; a file whose bytes did not change is not a change, whatever its
-mtime says. Everything a scan finds is committed in one transaction: a run that dies half way
-leaves the previous state as it was, and the next run finds the same changes again.
+One database per set (WAL mode): the snapshot (`resources`), the journal of changes, the
+directory listings the last scan kept, the Change Lists, notifications and archives a Source
+published. A scan of the set (`Scan`, in source/scan.py) compares an inventory with the snapshot
+and records what changed in one transaction.
 
 Change datetimes are distinct and strictly increasing within a set (microseconds), so
 (URI, datetime) is unique, as the specification asks.
@@ -14,25 +12,20 @@ Change datetimes are distinct and strictly increasing within a set (microseconds
 from __future__ import annotations
 
 import contextlib
-import os
-import sqlite3
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
 
 from ..errors import ResourceSyncError
-from ..hashing import MultiHasher, format_hashes, parse_hashes
+from ..hashing import parse_hashes
 from ..model import Resource
 from ..sitemap.write import entry_xml
 from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
-from .inventory import DirectoryInventory, Item, ScanStats, Stat, file_fingerprint
-from .listings import Listings, stat_of
+from .listings import Listings
 
-__all__ = ["ChangeListRow", "ScanResult", "SetState", "StateError"]
+__all__ = ["ArchiveRow", "ChangeListRow", "SetState", "StateError", "change_resource"]
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -110,30 +103,16 @@ CREATE TABLE IF NOT EXISTS archive (
 );
 """
 TICK = timedelta(microseconds=1)
-#: A file modified less than this before it was read may be written again within the
-#: granularity of its timestamp, its size unchanged: its fingerprint is recorded as racy, so the
-#: next run reads it again (git's "racily clean" entries).
-RACY_NS = 2_000_000_000
 #: A resource whose published bytes may differ from its recorded digests (a dump packaged other
 #: bytes than the scan hashed): the next scan reads it and journals it as updated.
 DIRTY = "dirty"
-_READ_ATTEMPTS = 4
 
 
 class StateError(ResourceSyncError):
     """The state database cannot be used (locked by another run, newer format, corrupt)."""
 
 
-def _same_file_state(a: os.stat_result, b: os.stat_result) -> bool:
-    return (a.st_size, a.st_mtime_ns, a.st_ctime_ns, a.st_ino) == (
-        b.st_size,
-        b.st_mtime_ns,
-        b.st_ctime_ns,
-        b.st_ino,
-    )
-
-
-def _change(
+def change_resource(
     uri: str,
     change: str,
     when: str,
@@ -160,30 +139,6 @@ def _ts(value: datetime | None) -> str | None:
 
 
 @dataclass
-class ScanResult:
-    """What one scan found."""
-
-    run: int
-    started: datetime
-    completed: datetime
-    resources: int = 0
-    created: int = 0
-    updated: int = 0
-    deleted: int = 0
-    unchanged: int = 0
-    rehashed: int = 0
-    touched: int = 0
-    baseline: bool = False
-    first_seq: int | None = None
-    last_seq: int | None = None
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def changes(self) -> int:
-        return self.created + self.updated + self.deleted
-
-
-@dataclass
 class ChangeListRow:
     """One Change List of the set: closed when `until` is set."""
 
@@ -207,20 +162,15 @@ class ArchiveRow:
     extra: str | None
 
 
-class DeletionsRefused(ResourceSyncError):
-    """A scan whose deletions its `refuse` check would not publish: nothing was recorded."""
-
-
 class SetState:
     """The SQLite state of one resource set."""
 
     def __init__(self, path: str | Path, *, clock: Callable[[], datetime] | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self.clock = clock or (lambda: datetime.now(UTC))
         self.db = connect(self.path, _SCHEMA, error=StateError)
         self.listings = Listings(self.db)
-        self._run_floor = 0  # (`scan`)
         version = self.get("schema")
         if version is None:
             self.put("schema", str(SCHEMA_VERSION))
@@ -261,374 +211,14 @@ class SetState:
 
     def next_datetime(self, floor: datetime | None = None) -> datetime:
         """A change time after every earlier one (and not before `floor`)."""
-        now = self._clock()
+        now = self.clock()
         last = self.last_datetime
         candidate = max(now, floor) if floor else now
         if last is not None and candidate <= last:
             candidate = last + TICK
         return candidate.replace(tzinfo=UTC) if candidate.tzinfo is None else candidate
 
-    # -- scanning --------------------------------------------------------------------------
-
-    def scan(
-        self,
-        inventory: Iterable[Item],
-        algorithms: Sequence[str],
-        *,
-        dry_run: bool = False,
-        progress: Callable[[int], None] | None = None,
-        uri_base: str | None = None,
-        only: Iterable[str] | None = None,
-        refuse: Callable[[ScanResult], str | None] | None = None,
-    ) -> ScanResult:
-        """Compare the inventory with the snapshot, record what changed, commit (unless dry).
-
-        `refuse`: looks at what the scan found before it is recorded; a reason it returns is
-        raised as `DeletionsRefused`, and nothing of the scan is recorded (a dry run too).
-
-        `uri_base`: the inventory makes every URI from its key and this base, so while the base
-        stays the same an unchanged item's URI need not be compared (nor even worked out).
-
-        A `DirectoryInventory` is compared directory by directory with the listings the last
-        scan kept (`_scan_tree`); `only` then limits the scan to those directories (relative
-        paths ending in "/", "" for the root), when the state has listings to compare with.
-        """
-        algorithms = tuple(algorithms)
-        started = self._clock()
-        run_row = self.db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM runs").fetchone()
-        result = ScanResult(run=run_row[0], started=started, completed=started)
-        result.baseline = self.get("baselined") is None
-        snapshot = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        try:
-            self.db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            snapshot.close()
-            raise StateError(
-                f"the state is in use by another run ({exc})", source=str(self.path)
-            ) from None
-        # The journal's last change before this run: this run's come after it (the journal
-        # is looked at from there, never scanned whole: it holds the Source's whole history).
-        self._run_floor = self.max_seq()
-        try:
-            snapshot.execute("BEGIN")
-            old_rows = snapshot.execute(
-                "SELECT key, uri, fingerprint, lastmod, length, type, hashes "
-                "FROM resources ORDER BY key"
-            )
-            uris_stable = uri_base is not None and self.get("uri_base") == uri_base
-            signature = None
-            if isinstance(inventory, DirectoryInventory):
-                signature = inventory.signature(algorithms)
-                inventory.stats = ScanStats()
-            if signature is not None and (
-                result.baseline or (uris_stable and self.get("dirs_for") == signature)
-            ):
-                assert isinstance(inventory, DirectoryInventory)
-                if result.baseline:
-                    self._forget_listings()
-                    only = None
-                self._scan_tree(inventory, algorithms, result, progress, only)
-                self.put("dirs_for", signature)
-            else:
-                self._merge(old_rows, inventory, algorithms, result, progress, uris_stable)
-                if signature is not None:
-                    self._rebuild_listings(signature)
-                else:
-                    self._forget_listings()
-            if uri_base is not None:
-                self.put("uri_base", uri_base)
-            snapshot.execute("COMMIT")
-            result.completed = self._clock()
-            if result.changes:
-                seqs = self.db.execute(
-                    "SELECT MIN(seq), MAX(seq) FROM changes WHERE seq > ? AND run = ?",
-                    (self._run_floor, result.run),
-                ).fetchone()
-                result.first_seq, result.last_seq = seqs
-            self.db.execute(
-                "INSERT INTO runs (id, started, completed, resources, created, updated, "
-                "deleted, first_seq, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    result.run,
-                    format_w3c(started),
-                    format_w3c(result.completed),
-                    result.resources,
-                    result.created,
-                    result.updated,
-                    result.deleted,
-                    result.first_seq,
-                    result.last_seq,
-                ),
-            )
-            if result.baseline:
-                # Changes are listed from the moment the baseline scan began (the Resource
-                # List's `at`): nothing between the two can fall through.
-                self.put("baselined", format_w3c(started))
-            if refuse is not None and (why := refuse(result)) is not None:
-                raise DeletionsRefused(why)  # rolled back below
-            self.db.execute("ROLLBACK" if dry_run else "COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                self.db.execute("ROLLBACK")
-            raise
-        finally:
-            snapshot.close()
-        return result
-
-    def _merge(
-        self,
-        old_rows: Iterator[tuple[Any, ...]],
-        inventory: Iterable[Item],
-        algorithms: tuple[str, ...],
-        result: ScanResult,
-        progress: Callable[[int], None] | None,
-        uris_stable: bool,
-    ) -> None:
-        j = _Journal(self, algorithms, result)
-        # What the inventory could not read this time stays as it was published (see
-        # `ScanStats.unknown`): not listed is not deleted then.
-        kept: Callable[[str], bool] = getattr(inventory, "kept", lambda key: False)
-
-        def unlisted(row: tuple[Any, ...]) -> None:
-            if kept(row[0]):
-                result.unchanged += 1
-            else:
-                j.deleted(row)
-
-        old = next(old_rows, None)
-        previous_key: str | None = None
-        for count, item in enumerate(inventory, 1):
-            key = item.key
-            if previous_key is not None and key <= previous_key:
-                raise ResourceSyncError(
-                    f"the inventory is not in ascending key order: {key!r} after {previous_key!r}"
-                )
-            previous_key = key
-            while old is not None and old[0] < key:
-                unlisted(old)
-                old = next(old_rows, None)
-            if progress is not None and count % 1000 == 0:
-                progress(count)
-            if old is not None and old[0] == key and not uris_stable and old[1] != item.uri:
-                # The same key at another URI (the base URL moved): to a Destination that is a
-                # resource gone and another one come.
-                j.deleted(old)
-                old = next(old_rows, None)
-            if old is not None and old[0] == key:
-                j.compare(item, old, uris_stable)
-                old = next(old_rows, None)
-            else:
-                j.compare(item, None, uris_stable)
-        while old is not None:
-            unlisted(old)
-            old = next(old_rows, None)
-        j.flush()
-        if j.journal and not uris_stable and result.deleted:
-            # The base URL moved, so a URI can leave one key and come to another in the same
-            # run (its old key deleted after the new one was created, in key order): it was
-            # not deleted, and a Destination replaying the Change List must not delete it.
-            gone = self.db.execute(
-                "DELETE FROM changes WHERE seq > ? AND run = ? AND change = 'deleted' "
-                "AND uri IN (SELECT uri FROM resources)",
-                (self._run_floor, result.run),
-            ).rowcount
-            result.deleted -= gone
-        j.finish()
-
-    # -- the directory listings: a re-run that costs what changed -----------------------------
-
-    def _scan_tree(
-        self,
-        inventory: DirectoryInventory,
-        algorithms: tuple[str, ...],
-        result: ScanResult,
-        progress: Callable[[int], None] | None,
-        only: Iterable[str] | None,
-    ) -> None:
-        """Compare each directory's files with its listing as the last scan left it (the
-        `dirs` table): an unchanged file costs its `stat` and one comparison, and only the
-        files whose fingerprint differs are looked up in the snapshot (and read when needed).
-        A listing is kept only for the state of the files recorded in `resources`: a racy or
-        dirty file is kept as None (never equal), so it is compared again.
-
-        `only`: the relative paths of the directories to look at (the watcher's), instead of
-        the whole tree; a sub-directory they hold that the state does not know is walked whole,
-        one that is gone is deleted with everything under it."""
-        j = _Journal(self, algorithms, result)
-        listings = self.listings
-        root = str(inventory.root)
-        todo: list[tuple[str, bool]]
-        if only is None:
-            todo = [("", True)]
-        else:
-            todo = [(p, False) for p in sorted(listings.known(only), reverse=True)]
-        done: set[str] = set()
-        seen = 0
-        while todo:
-            prefix, recurse = todo.pop()
-            if prefix in done:
-                continue
-            done.add(prefix)
-            directory = os.path.join(root, prefix) if prefix else root
-            listed = inventory.list_dir(directory, prefix)
-            unknown = inventory.stats.unknown
-            if listed is None and prefix in unknown:
-                # It exists but cannot be listed now (permissions, an I/O error, a stale NFS
-                # handle): what was published of it stays as it was, listing included, and
-                # the next run looks again. Its deletion would be published otherwise.
-                continue
-            files, subdirs = listed if listed is not None else ({}, [])
-            cached, old_files, delta, old_subdirs = listings.read(prefix)
-            if unknown:
-                # A name that could not be looked at keeps the state it was published with.
-                into = cast("dict[str, Stat | None]", files)
-                for name, st in old_files.items():
-                    if name not in files and prefix + name in unknown:
-                        into[name] = st
-                subdirs += [n for n in old_subdirs if n not in subdirs and prefix + n in unknown]
-            seen += len(files)
-            differ: set[str] = set()
-            # Stays empty when nothing differs: then a listing is stored only for a
-            # directory the state did not hold, which is empty.
-            kept: dict[str, Stat | None] = {}
-            if files != old_files:
-                # What differs (one lookup and comparison per file), then handled in key
-                # order, as a whole scan would.
-                old_get = old_files.get
-                differ = {name for name, st in files.items() if old_get(name) != st}
-                differ |= old_files.keys() - files.keys()
-                result.unchanged += len(files) - len(differ & files.keys())
-                kept = dict(files)
-                # A first scan has nothing to look up.
-                rows = {} if result.baseline else self._rows(prefix, differ)
-                uri_prefix = inventory.uri_prefix(prefix)
-                for name in sorted(differ):
-                    old = rows.get(prefix + name)
-                    st = files.get(name)
-                    if st is None:
-                        if old is not None:
-                            j.deleted(old)
-                        continue
-                    item = inventory.item(directory, prefix, name, st, uri_prefix)
-                    stored = j.compare(item, old, True)
-                    kept[name] = stat_of(stored)
-            else:
-                result.unchanged += len(files)
-            for name in sorted(set(old_subdirs) - set(subdirs)):
-                self._delete_tree(j, prefix + name + "/")
-            subdirs.sort()
-            if cached is None or differ:
-                listings.store(prefix, cached, delta, kept, differ, subdirs)
-            elif subdirs != old_subdirs:
-                listings.set_subdirs(prefix, subdirs)
-            known = set(old_subdirs)
-            for name in reversed(subdirs):
-                if recurse or name not in known:
-                    todo.append((prefix + name + "/", True))
-            if progress is not None and seen >= 1000:
-                progress(result.unchanged + j.count)
-                seen = 0
-            if j.pending() >= 2000:
-                j.flush()
-        j.flush()
-        last = self.db.execute("SELECT resources FROM runs ORDER BY id DESC LIMIT 1").fetchone()
-        j.finish(0 if result.baseline else last[0] if last is not None else None)
-
-    def _rows(self, prefix: str, names: Iterable[str]) -> dict[str, tuple[Any, ...]]:
-        """The snapshot's rows of some files of one directory, by key."""
-        keys = [prefix + name for name in names]
-        rows = {}
-        for i in range(0, len(keys), 500):
-            chunk = keys[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for row in self.db.execute(
-                "SELECT key, uri, fingerprint, lastmod, length, type, hashes FROM resources "
-                f"WHERE key IN ({marks})",
-                chunk,
-            ):
-                rows[row[0]] = row
-        return rows
-
-    def _delete_tree(self, j: _Journal, prefix: str) -> None:
-        """Everything recorded under a directory that is gone (or no longer published)."""
-        j.flush()
-        end = prefix[:-1] + chr(ord("/") + 1)
-        rows = self.db.execute(
-            "SELECT key, uri, fingerprint, lastmod, length, type, hashes FROM resources "
-            "WHERE key >= ? AND key < ? ORDER BY key",
-            (prefix, end),
-        ).fetchall()
-        for row in rows:
-            j.deleted(row)
-        j.flush()
-        self.listings.drop_under(prefix)
-
-    def _rebuild_listings(self, signature: str) -> None:
-        """The directory listings of the snapshot, derived from `resources` (after a scan that
-        did not keep them): grouped by directory in SQL, so memory holds one directory."""
-        self.listings.rebuild(
-            self.db.execute(
-                "SELECT rtrim(key, replace(key, '/', '')) AS dir, key, fingerprint "
-                "FROM resources ORDER BY dir, key"
-            )
-        )
-        self.put("dirs_for", signature)
-
-    def _forget_listings(self) -> None:
-        self.listings.forget()
-        self.db.execute("DELETE FROM meta WHERE key = 'dirs_for'")
-
-    def _digests(
-        self, item: Item, algorithms: tuple[str, ...], result: ScanResult
-    ) -> tuple[int, dict[str, str]] | None:
-        if item.hashes and all(a in item.hashes for a in algorithms):
-            return item.length, {a: item.hashes[a] for a in algorithms}
-        result.rehashed += 1
-        try:
-            if item.fspath is not None:
-                return self._hash_file(item, algorithms, result)
-            hasher = MultiHasher(algorithms)
-            with item.open() as f:
-                while chunk := f.read(1 << 20):
-                    hasher.update(chunk)
-        except OSError as exc:
-            # Unreadable now (permissions, vanished): left as it was, reported, tried next run.
-            result.problems.append(f"{item.key}: {exc.strerror or exc}")
-            return None
-        return hasher.length, hasher.hexdigests()
-
-    def _hash_file(
-        self, item: Item, algorithms: tuple[str, ...], result: ScanResult
-    ) -> tuple[int, dict[str, str]] | None:
-        """Hash a file and describe it by the stat of the bytes that were hashed: the file is
-        read between two `fstat`s, again while they differ (it was written meanwhile), and the
-        item's fingerprint, length and modification time become those of the second one. A
-        file modified just before it was read gets a racy fingerprint (read again next run)."""
-        assert item.fspath is not None
-        for _ in range(_READ_ATTEMPTS):
-            hasher = MultiHasher(algorithms)
-            fd = os.open(item.fspath, os.O_RDONLY)
-            try:
-                before = os.fstat(fd)
-                size = before.st_size
-                step = size + 1 if size < (1 << 20) else 1 << 20
-                while chunk := os.read(fd, step):
-                    hasher.update(chunk)
-                    if len(chunk) <= size and hasher.length == size and step > size:
-                        break  # a small file in one read
-                after = os.fstat(fd)
-            finally:
-                os.close(fd)
-            if _same_file_state(before, after) and hasher.length == after.st_size:
-                break
-        else:
-            result.problems.append(f"{item.key}: changing while it was read; tried next run")
-            return None
-        fingerprint = file_fingerprint(after)
-        if time.time_ns() - max(after.st_mtime_ns, after.st_ctime_ns) < RACY_NS:
-            fingerprint = "racy:" + fingerprint
-        item.restat(fingerprint, after.st_size, after.st_mtime_ns)
-        return hasher.length, hasher.hexdigests()
+    # -- scanning (a scan of the set: source/scan.py) ------------------------------------
 
     def mark_dirty(self, keys: Iterable[str]) -> None:
         """Resources whose published bytes may differ from their recorded digests: the next
@@ -689,7 +279,7 @@ class SetState:
                 (first_seq, last_seq),
             )
         for row in cur:
-            yield _change(*row)
+            yield change_resource(*row)
 
     def change_entries(self, first_seq: int, last_seq: int | None = None) -> Iterator[bytes]:
         """Like `changes`, as Change List entries serialized for version 1.1 (kept since they
@@ -701,7 +291,7 @@ class SetState:
             (first_seq, hi),
         )
         for *row, xml in cur:
-            yield bytes(xml) if xml is not None else entry_xml(_change(*row))
+            yield bytes(xml) if xml is not None else entry_xml(change_resource(*row))
 
     def packaged_changes(self, first_seq: int, last_seq: int) -> Iterator[tuple[str, Resource]]:
         """(key, entry) of the journal entries in a range that a Change Dump package holds:
@@ -716,7 +306,7 @@ class SetState:
             (first_seq, last_seq),
         )
         for key, *row in cur:
-            yield key, _change(*row)
+            yield key, change_resource(*row)
 
     def max_seq(self) -> int:
         return int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM changes").fetchone()[0])
@@ -893,140 +483,3 @@ class SetState:
 
     def transaction(self) -> contextlib.AbstractContextManager[None]:
         return transaction(self.db)
-
-
-class _Journal:
-    """What a scan writes: snapshot rows, journal entries and deletions, in batches, with
-    strictly increasing change times."""
-
-    def __init__(self, state: SetState, algorithms: tuple[str, ...], result: ScanResult) -> None:
-        self.state = state
-        self.db = state.db
-        self.algorithms = algorithms
-        self.result = result
-        self.journal = not result.baseline
-        self.changes: list[tuple[Any, ...]] = []
-        self.upserts: list[tuple[Any, ...]] = []
-        self.deletes: list[tuple[str]] = []
-        self.first_dt = state.last_datetime
-        self.last_dt = self.first_dt
-        #: Items compared (for progress).
-        self.count = 0
-
-    def stamp(self) -> str:
-        now = self.state._clock()
-        prev = self.last_dt
-        t = now if prev is None or now > prev else prev + TICK
-        self.last_dt = t
-        return format_w3c(t)
-
-    def pending(self) -> int:
-        return max(len(self.upserts), len(self.changes))
-
-    def flush(self) -> None:
-        # Deletions first: a key can be deleted (moved URI) and written again in one batch.
-        if self.deletes:
-            self.db.executemany("DELETE FROM resources WHERE key = ?", self.deletes)
-            self.deletes.clear()
-        if self.upserts:
-            self.db.executemany(
-                "INSERT OR REPLACE INTO resources (key, uri, fingerprint, lastmod, length, "
-                "type, hashes, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                self.upserts,
-            )
-            self.upserts.clear()
-        if self.changes:
-            self.db.executemany(
-                "INSERT INTO changes (key, uri, change, datetime, lastmod, length, type, "
-                "hashes, run, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(*row, entry_xml(_change(*row[1:8]))) for row in self.changes],
-            )
-            self.changes.clear()
-
-    def finish(self, before: int | None = None) -> None:
-        """`before`: how many resources the snapshot held before (the count follows from what
-        this scan created and deleted, without counting the rows again)."""
-        r = self.result
-        r.resources = self.state.count() if before is None else before + r.created - r.deleted
-        if self.last_dt is not None and self.last_dt != self.first_dt:
-            self.state.put("last_datetime", format_w3c(self.last_dt))
-
-    def upsert(
-        self,
-        key: str,
-        uri: str,
-        fingerprint: str,
-        lastmod: datetime,
-        length: int,
-        kind: str | None,
-        hashes: dict[str, str],
-    ) -> tuple[Any, ...]:
-        # The Resource List entry is serialized here, once, while its values are at hand.
-        xml = entry_xml(Resource(loc=uri, lastmod=lastmod, length=length, type=kind, hashes=hashes))
-        row = (key, uri, fingerprint, format_w3c(lastmod), length, kind, format_hashes(hashes), xml)
-        self.upserts.append(row)
-        return row
-
-    def deleted(self, row: tuple[Any, ...]) -> None:
-        key, uri, _, lastmod, length, kind, hashes = row
-        self.deletes.append((key,))
-        self.result.deleted += 1
-        if self.journal:
-            self.changes.append(
-                (key, uri, "deleted", self.stamp(), lastmod, length, kind, hashes, self.result.run)
-            )
-
-    def compare(self, item: Item, old: tuple[Any, ...] | None, uris_stable: bool) -> str | None:
-        """Record `item` against its row in the snapshot (`old`, None when new); returns the
-        fingerprint the snapshot holds for it now (None: not recorded)."""
-        result = self.result
-        algorithms = self.algorithms
-        key = item.key
-        self.count += 1
-        if self.pending() >= 2000:
-            self.flush()
-        if old is not None:
-            _, old_uri, old_fp, old_lastmod, old_length, _, old_hashes = old
-            if (
-                old_fp == item.fingerprint
-                and (uris_stable or old_uri == item.uri)
-                and all(f"{a}:" in old_hashes for a in algorithms)
-            ):
-                result.unchanged += 1
-                return str(old_fp)
-            digests = self.state._digests(item, algorithms, result)
-            if digests is None:
-                return str(old_fp)
-            length, hashes = digests
-            stored = parse_hashes(old_hashes)
-            same = length == old_length and all(
-                stored.get(a) == v for a, v in hashes.items() if a in stored
-            )
-            if same and old_fp != DIRTY:
-                # Touched, copied back, or new algorithms: not a change.
-                result.touched += 1
-                self.upsert(
-                    key,
-                    item.uri,
-                    item.fingerprint,
-                    parse_w3c(old_lastmod),
-                    length,
-                    item.type,
-                    hashes,
-                )
-                return item.fingerprint
-            result.updated += 1
-            change = "updated"
-        else:
-            digests = self.state._digests(item, algorithms, result)
-            if digests is None:
-                return None
-            length, hashes = digests
-            result.created += 1
-            change = "created"
-        row = self.upsert(
-            key, item.uri, item.fingerprint, item.modified(), length, item.type, hashes
-        )
-        if self.journal:
-            self.changes.append((key, item.uri, change, self.stamp(), *row[3:7], self.result.run))
-        return item.fingerprint
