@@ -67,6 +67,7 @@ class Postgres:
         initdb = [str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"]
         self._run([*initdb, "-E", "UTF8", "--no-sync"])
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off"
+        self.options = options
         pg_ctl = [str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options]
         self._run([*pg_ctl, "-l", str(self.dir / "log"), "-w", "start"])
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
@@ -84,6 +85,22 @@ class Postgres:
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}")
         return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+
+    def restart(self) -> None:
+        """Stopped (every session cut, as by a failover or an upgrade) and started again."""
+        data, log = str(self.dir / "data"), str(self.dir / "log")
+        self._run([str(PG_BIN / "pg_ctl"), "-D", data, "-l", log, "-m", "fast", "-w", "restart"])
+
+    @contextlib.contextmanager
+    def away(self) -> Iterator[None]:
+        """Stopped for the block (connections refused), started again after it."""
+        data, log = str(self.dir / "data"), str(self.dir / "log")
+        self._run([str(PG_BIN / "pg_ctl"), "-D", data, "-m", "fast", "-w", "stop"])
+        try:
+            yield
+        finally:
+            pg_ctl = [str(PG_BIN / "pg_ctl"), "-D", data, "-o", self.options, "-l", log]
+            self._run([*pg_ctl, "-w", "start"])
 
     def stop(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):

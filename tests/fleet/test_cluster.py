@@ -48,6 +48,15 @@ def _in_step(root: Path, sites: list[Site]) -> bool:
         return False
 
 
+def _scheduler(tmp_path: Path, sites: list[Site], root: Path, db: str, broker: Redis) -> list[str]:
+    """The Sources registered, due every second; the command of their scheduler."""
+    listing = tmp_path / "sources.csv"
+    listing.write_text(csv_of(sites, every="1s"))
+    assert cli("fleet", "import", listing, "--root", root, "--db", db).exit_code == 0
+    scheduler = _fleet("run", "--root", root, "--broker", broker.url, "--db", db)
+    return [*scheduler, "--requeue-after", "10s"]
+
+
 def _state_counts(db: str) -> dict[str, int]:
     """Resources per copy in the fleet's store."""
     import psycopg
@@ -127,11 +136,7 @@ def test_scheduler_and_redis_restarts_work_resumes(
     root, db = tmp_path / "fleet", postgres.database()
     root.mkdir()
     with many_sources(tmp_path, HOSTS) as (sites, _):
-        listing = tmp_path / "sources.csv"
-        listing.write_text(csv_of(sites, every="1s"))
-        assert cli("fleet", "import", listing, "--root", root, "--db", db).exit_code == 0
-        scheduler = _fleet("run", "--root", root, "--broker", broker.url, "--db", db)
-        scheduler += ["--requeue-after", "10s"]
+        scheduler = _scheduler(tmp_path, sites, root, db, broker)
         with workers(2, broker.url, db, root, tmp_path, visibility_timeout="10s"):
             first = subprocess.Popen(scheduler, stderr=subprocess.DEVNULL)
             try:
@@ -154,6 +159,110 @@ def test_scheduler_and_redis_restarts_work_resumes(
             assert second.returncode == 0, err
         status = _status(root, db)
         assert all(v["ok"] and v["mode"] == "incremental" for v in status.values())
+
+
+def test_a_postgres_restart_work_resumes(tmp_path: Path, postgres: Postgres, broker: Redis) -> None:
+    """PostgreSQL restarted under a running cluster (a failover, a minor upgrade): every
+    session is cut. The scheduler and the workers connect again; the work goes on. Away for a
+    while, it is waited out, said once when it goes and once when it is back."""
+    root, db = tmp_path / "fleet", postgres.database()
+    root.mkdir()
+    with many_sources(tmp_path, HOSTS) as (sites, _):
+        scheduler = _scheduler(tmp_path, sites, root, db, broker)
+        with workers(2, broker.url, db, root, tmp_path, visibility_timeout="10s") as running:
+            said = tmp_path / "scheduler.log"
+            run = subprocess.Popen(scheduler, stderr=said.open("w"), text=True)
+            try:
+                _wait(lambda: all(v["ok"] for v in _status(root, db).values()), "baselines")
+                postgres.restart()
+                change(sites, 1)
+                _wait(lambda: _in_step(root, sites), "work resumed after the restart")
+                postgres.restart()
+                change(sites, 2)
+                _wait(lambda: _in_step(root, sites), "work resumed after a second restart")
+                with postgres.away():
+                    change(sites, 3)
+                    time.sleep(4)  # the scheduler and the workers meet a store that is gone
+                _wait(lambda: _in_step(root, sites), "work resumed once it was back")
+                assert run.poll() is None, "the scheduler stopped"
+            finally:
+                run.send_signal(signal.SIGTERM)
+                run.wait(timeout=30)
+            assert run.returncode == 0, said.read_text()
+            assert all(w.proc.poll() is None for w in running), "a worker stopped"
+        said_text = said.read_text()
+        assert said_text.count("trying again until it is back") == 1, said_text
+        assert said_text.count("the fleet database is back") == 1, said_text
+        assert "Traceback" not in said_text + "".join(w.text() for w in running)
+        status = _status(root, db)
+        assert all(v["ok"] and v["mode"] == "incremental" for v in status.values()), status
+
+
+def test_a_sync_the_store_leaves_mid_way_is_done_again_never_reported_done(
+    tmp_path: Path, postgres: Postgres, broker: Redis
+) -> None:
+    """PostgreSQL goes while a worker syncs a slow Source (its lock goes with the session): the
+    sync is not recorded as done; its task is tried again once the store is back, and the run
+    reports it only then, the copy equal to its Source."""
+    root, db = tmp_path / "fleet", postgres.database()
+    root.mkdir()
+    with many_sources(tmp_path, [SLOW], delay=0.3, files=lambda i: _files(len(HOSTS))) as (
+        sites,
+        _,
+    ):
+        listing = tmp_path / "sources.csv"
+        listing.write_text(csv_of(sites))
+        assert cli("fleet", "import", listing, "--root", root, "--db", db).exit_code == 0
+        name = sites[0].name
+        with workers(1, broker.url, db, root, tmp_path) as (worker,):
+            once = _fleet("run", "--once", "--all", "--requests", "1", "--root", root)
+            once += ["--broker", broker.url, "--db", db]
+            said = tmp_path / "run.log"
+            run = subprocess.Popen(once, stderr=said.open("w"), text=True)
+            _wait(lambda: f"{name}: syncing" in worker.text(), "the slow sync")
+            with postgres.away():
+                time.sleep(3)
+            assert run.wait(timeout=120) == 0, said.read_text() + worker.text()
+            log = worker.text()
+        assert "is tried again in" in log, log
+        assert log.index("is tried again in") < log.index(f"{name}: ok"), log
+        assert f"{name}: ok" in said.read_text()
+        assert _in_step(root, sites)
+        (status,) = _status(root, db).values()
+        assert status["ok"] and status["failures"] == 0, status
+
+
+def test_the_embedded_runner_on_postgres_waits_out_the_store(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    """`fleet run --db postgresql://…` without a broker (syncs in threads): the store away for a
+    while and restarted; the run waits it out and goes on."""
+    root, db = tmp_path / "fleet", postgres.database()
+    root.mkdir()
+    with many_sources(tmp_path, HOSTS[:3]) as (sites, _):
+        listing = tmp_path / "sources.csv"
+        listing.write_text(csv_of(sites, every="1s"))
+        assert cli("fleet", "import", listing, "--root", root, "--db", db).exit_code == 0
+        said = tmp_path / "run.log"
+        run = subprocess.Popen(_fleet("run", "--root", root, "--db", db), stderr=said.open("w"))
+        try:
+            _wait(lambda: _in_step(root, sites), "baselines")
+            with postgres.away():
+                change(sites, 1)
+                time.sleep(4)
+            _wait(lambda: _in_step(root, sites), "work resumed once it was back")
+            postgres.restart()
+            change(sites, 2)
+            _wait(lambda: _in_step(root, sites), "work resumed after a restart")
+            assert run.poll() is None, said.read_text()
+        finally:
+            run.send_signal(signal.SIGTERM)
+            run.wait(timeout=30)
+        text = said.read_text()
+        assert run.returncode == 0, text
+        assert "the fleet database is back" in text, text
+        assert "Traceback" not in text, text
+        assert all(v["ok"] for v in _status(root, db).values())
 
 
 def test_per_host_slots_are_shared_by_every_client_and_expire_with_their_holder(

@@ -444,7 +444,14 @@ def _notifications(
             return None
 
     def event(kind: str, detail: Any) -> None:
-        if kind in ("notified", "subscribed", "denied", "no-channel", "follow-unavailable"):
+        if kind in (
+            "notified",
+            "subscribed",
+            "denied",
+            "no-channel",
+            "follow-unavailable",
+            "store-unavailable",
+        ):
             shown = detail if isinstance(detail, str) else json.dumps(detail, default=str)
             click.echo(f"resourcesync: {kind}: {shown}", err=True)
 

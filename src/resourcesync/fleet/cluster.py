@@ -33,8 +33,8 @@ from typing import Any
 from celery import Celery
 
 from .. import rng
-from .registry import FleetError
-from .schedule import Backoff, next_run
+from .registry import FleetError, StoreUnavailable
+from .schedule import Backoff, Outage, next_run
 from .store import FleetStore, Outcome, Row, check_root, open_store
 
 __all__ = ["TASK", "Producer", "TaskOptions", "make_app"]
@@ -153,9 +153,18 @@ def make_app(
         name=TASK, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None
     )
     def sync_task(self: Any, name: str, ticket: int, options: dict[str, Any]) -> str:
+        try:
+            return _sync(self, name, ticket, TaskOptions(**options))
+        except StoreUnavailable as exc:
+            # The store away (a restart, a failover): the task is tried again once it may be
+            # back, by this worker or another; whatever the sync did is resumed from its state.
+            wait = min(60.0, 2.0 ** min(self.request.retries, 6))
+            log.warning("%s: %s; the task is tried again in %.0f s", name, exc, wait)
+            raise self.retry(countdown=wait * rng.uniform(0.8, 1.2)) from None
+
+    def _sync(self: Any, name: str, ticket: int, opts: TaskOptions) -> str:
         from .job import sync_source
 
-        opts = TaskOptions(**options)
         store = worker.store()
         log.info("%s: task for ticket %d in process %d", name, ticket, os.getpid())
         if store.done(name, ticket):
@@ -249,19 +258,32 @@ class Producer:
         return True
 
     def run(self, stop: threading.Event, tick: float = 1.0) -> None:
-        """Queue what is due, pass after pass, until `stop` is set."""
+        """Queue what is due, pass after pass, until `stop` is set (waiting out a store that
+        cannot be reached)."""
+        away = Outage(stop)
         while not stop.is_set():
-            due = self.store.due(time.time(), self.batch, requeue_after=self.requeue_after)
-            self.send(due)
+            try:
+                due = self.store.due(time.time(), self.batch, requeue_after=self.requeue_after)
+                self.send(due)
+            except StoreUnavailable as exc:
+                away.wait(exc)
+                continue
+            away.over()
             if len(due) < self.batch:
                 stop.wait(tick)
 
     def wait(self, tickets: dict[str, int], stop: threading.Event, tick: float = 0.5) -> None:
         """Until every ticket is recorded by a worker (or `stop`)."""
         left = dict(tickets)
+        away = Outage(stop)
         while left and not stop.is_set():
-            for name in list(left):
-                if self.store.done(name, left[name]):
-                    del left[name]
+            try:
+                for name in list(left):
+                    if self.store.done(name, left[name]):
+                        del left[name]
+            except StoreUnavailable as exc:
+                away.wait(exc)
+                continue
+            away.over()
             if left:
                 stop.wait(tick)

@@ -24,6 +24,7 @@ from ..destination.options import SyncOptions, scoped
 from ..destination.websub import Callbacks, Channel, Inbox, Subscriber, serve_callbacks
 from ..errors import ResourceSyncError
 from ..http import HttpOptions, RetryPolicy, make_client, options_of
+from .registry import StoreUnavailable
 from .store import open_store
 
 __all__ = ["Notifications"]
@@ -31,6 +32,8 @@ __all__ = ["Notifications"]
 Event = Callable[[str, Any], None]
 #: How often the registry is read again for Sources added with --follow.
 REFRESH = 30.0
+#: How soon it is read again when the store could not be reached.
+AWAY = 5.0
 
 
 class Notifications:
@@ -84,16 +87,26 @@ class Notifications:
                 try:
                     while not stop.is_set():
                         if time.monotonic() >= refresh_at:
-                            self._refresh(store, client, subscriber, owners, known)
-                            refresh_at = time.monotonic() + REFRESH
+                            try:
+                                self._refresh(store, client, subscriber, owners, known)
+                                refresh_at = time.monotonic() + REFRESH
+                            except StoreUnavailable as exc:  # (PostgreSQL restarting)
+                                self.report("store-unavailable", str(exc))
+                                refresh_at = time.monotonic() + AWAY
                         subscriber.tick()
                         try:
                             endpoint, _ = inbox.get(timeout=0.2)
                         except queue.Empty:
                             continue
                         name = owners.get(id(endpoint.channel))
-                        if name is not None and store.wake(name, time.time()):
-                            self.report("notified", name)
+                        if name is None:
+                            continue
+                        try:
+                            if store.wake(name, time.time()):
+                                self.report("notified", name)
+                        except StoreUnavailable as exc:
+                            # Not made due now: it runs at its next time all the same.
+                            self.report("store-unavailable", f"{name}: notified, not woken: {exc}")
                 finally:
                     with contextlib.suppress(ResourceSyncError):
                         subscriber.unsubscribe_all()

@@ -2,6 +2,12 @@
 scheduler and every worker of a cluster. Exactly one sync per Source at a time across the
 cluster is a PostgreSQL advisory lock, held on its own connection for the length of the sync:
 a worker that dies (even by kill -9) drops its connection and PostgreSQL releases the lock.
+
+A connection the server cut (a restart, a failover, an idle timeout) is opened again at the next
+use, between transactions and while no lock is held (a lock held on a cut connection is gone:
+the sync under it stops with `StoreUnavailable` and its task is tried again); a read that finds
+its connection cut is asked once more on a new one. A server that is still away raises
+`StoreUnavailable`, which the scheduler and the workers wait out.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from typing import Any
 import psycopg
 
 from .copystate import COPY_ADDED, COPY_SCHEMA
-from .registry import FleetError
+from .registry import FleetError, StoreUnavailable
 from .store import ADDED, SCHEMA, SQLStore
 
 __all__ = ["PostgresStore"]
@@ -30,9 +36,17 @@ def _redact(url: str) -> str:
     return f"{scheme}{sep}{user.split(':', 1)[0]}@{tail}"
 
 
+def _first(exc: BaseException) -> str:
+    """The first line of a driver's message (its type when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class PostgresStore(SQLStore):
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
+        self._depth = 0  # transactions open on the connection
+        self._locks = 0  # locks held, each on a connection of its own
         self.conn = self._connect()
         if not create and not self._execute("SELECT to_regclass('fleet_source')")[0][0]:
             self.conn.close()
@@ -60,37 +74,88 @@ class PostgresStore(SQLStore):
         try:
             return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         except psycopg.Error as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise FleetError(f"cannot connect: {first}", source=_redact(self.url)) from None
+            raise StoreUnavailable(
+                f"cannot connect: {_first(exc)}", source=_redact(self.url)
+            ) from None
+
+    def _cut(self) -> bool:
+        return bool(self.conn.closed or self.conn.broken)
+
+    def _error(self, exc: psycopg.Error) -> FleetError:
+        kind = StoreUnavailable if self._cut() else FleetError
+        return kind(f"fleet database: {_first(exc)}", source=_redact(self.url))
+
+    def _usable(self) -> None:
+        """A connection the server cut opened again, when nothing depends on the one cut."""
+        if not self._cut():
+            return
+        if self._depth or self._locks:
+            what = "a transaction" if self._depth else "a lock"
+            raise StoreUnavailable(
+                f"fleet database: the connection was lost, and {what} with it",
+                source=_redact(self.url),
+            )
+        self.conn.close()
+        self.conn = self._connect()
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
+        self._usable()
+        query = sql.replace("?", "%s")
         try:
-            cur = self.conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+            try:
+                cur = self.conn.execute(query, params)  # type: ignore[arg-type]
+            except psycopg.OperationalError:
+                # Found cut by this statement (the server restarted while it was idle): a read
+                # is asked again on a new connection. A write is not: it may have been done.
+                if not self._cut() or not sql.lstrip().upper().startswith("SELECT"):
+                    raise
+                self._usable()  # raises when something depended on the one cut
+                cur = self.conn.execute(query, params)  # type: ignore[arg-type]
             return list(cur.fetchall()) if cur.description else []
         except psycopg.Error as exc:
-            raise FleetError(f"fleet database: {exc}", source=_redact(self.url)) from None
+            raise self._error(exc) from None
 
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
             return
+        self._usable()
         try:
             with self.conn.cursor() as cur:
                 # psycopg sends the rows in one pipeline: one round trip, not one per row.
                 cur.executemany(sql.replace("?", "%s"), rows)  # type: ignore[arg-type]
         except psycopg.Error as exc:
-            raise FleetError(f"fleet database: {exc}", source=_redact(self.url)) from None
+            raise self._error(exc) from None
 
-    def _transaction(self) -> contextlib.AbstractContextManager[Any]:
-        return self.conn.transaction()
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._usable()
+        self._depth += 1
+        try:
+            with self.conn.transaction():
+                yield
+        except psycopg.Error as exc:  # its COMMIT, or its ROLLBACK on a cut connection
+            raise self._error(exc) from None
+        finally:
+            self._depth -= 1
 
     @contextlib.contextmanager
     def lock(self, name: str) -> Iterator[bool]:
         conn = self._connect()
         try:
-            row = conn.execute(
-                "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (_LOCK_KEY + name,)
-            ).fetchone()
-            yield bool(row and row[0])
+            try:
+                row = conn.execute(
+                    "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (_LOCK_KEY + name,)
+                ).fetchone()
+            except psycopg.Error as exc:
+                raise StoreUnavailable(
+                    f"fleet database: {_first(exc)}", source=_redact(self.url)
+                ) from None
+            held = bool(row and row[0])
+            self._locks += held
+            try:
+                yield held
+            finally:
+                self._locks -= held
         finally:
             conn.close()  # ends the session: the lock goes with it
 

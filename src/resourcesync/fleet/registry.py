@@ -30,6 +30,12 @@ class FleetError(ResourceSyncError):
     that cannot be opened."""
 
 
+class StoreUnavailable(FleetError):
+    """The fleet's database cannot be reached now (restarting, failing over, the network gone):
+    what was asked may be asked again once it is back. The long-running parts (the scheduler,
+    the workers, the subscriptions) wait and go on; a command says it and stops."""
+
+
 def parse_duration(text: str) -> float:
     """Seconds in `text`: a number of seconds, or units like `90s`, `15m`, `6h`, `1d`, `1h30m`."""
     seconds = units.parse_duration(text)

@@ -7,11 +7,17 @@ that is down costs little and one that comes back is caught up soon.
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
 
+from .. import rng
+from .registry import StoreUnavailable
 from .store import Outcome, Row
 
-__all__ = ["Backoff", "Limits", "next_run"]
+__all__ = ["Backoff", "Limits", "Outage", "next_run"]
+
+log = logging.getLogger("resourcesync.fleet")
 
 
 @dataclass(frozen=True)
@@ -42,3 +48,23 @@ def next_run(row: Row, outcome: Outcome, backoff: Backoff, now: float) -> float:
     if outcome.ok:
         return outcome.started + row.entry.every
     return now + backoff.delay(row.failures + 1)
+
+
+class Outage:
+    """The fleet's database out of reach, waited out by a loop that must go on: said once when it
+    goes and once when it is back, tried again after a wait that doubles up to a minute."""
+
+    def __init__(self, stop: threading.Event, first: float = 1.0, cap: float = 60.0) -> None:
+        self.stop, self.first, self.cap = stop, first, cap
+        self.delay = 0.0
+
+    def wait(self, exc: StoreUnavailable) -> None:
+        if not self.delay:
+            log.warning("%s; trying again until it is back", exc)
+        self.delay = min(self.cap, self.delay * 2 if self.delay else self.first)
+        self.stop.wait(self.delay * rng.uniform(0.8, 1.2))
+
+    def over(self) -> None:
+        if self.delay:
+            log.warning("the fleet database is back")
+        self.delay = 0.0
