@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.destination.helpers import cli, tree
@@ -237,20 +238,30 @@ def test_the_embedded_runner_on_postgres_waits_out_the_store(
 ) -> None:
     """`fleet run --db postgresql://…` without a broker (syncs in threads): the store away for a
     while and restarted; the run waits it out and goes on."""
-    root, db = tmp_path / "fleet", postgres.database()
+    # With a password (trust lets it in): said nowhere.
+    root, db = tmp_path / "fleet", postgres.database().replace("postgres@", "postgres:secret@")
     root.mkdir()
     with many_sources(tmp_path, HOSTS[:3]) as (sites, _):
         listing = tmp_path / "sources.csv"
         listing.write_text(csv_of(sites, every="1s"))
         assert cli("fleet", "import", listing, "--root", root, "--db", db).exit_code == 0
         said = tmp_path / "run.log"
-        run = subprocess.Popen(_fleet("run", "--root", root, "--db", db), stderr=said.open("w"))
+        argv = _fleet("run", "--root", root, "--db", db, "--status-port", "0")
+        run = subprocess.Popen(argv, stderr=said.open("w"))
         try:
             _wait(lambda: _in_step(root, sites), "baselines")
+            page = said.read_text().splitlines()[0].removeprefix("status at ")
+            assert httpx.get(page + "status.json").json()["total"] == 3
             with postgres.away():
                 change(sites, 1)
                 time.sleep(4)
+                # The status page says why it cannot answer, in one line.
+                away = httpx.get(page)
+                assert away.status_code == 503, away.text
+                assert away.text.startswith("the fleet's store cannot be read now: postgresql://")
+                assert away.text.count("\n") == 1 and "secret" not in away.text
             _wait(lambda: _in_step(root, sites), "work resumed once it was back")
+            assert httpx.get(page + "status.json").status_code == 200
             postgres.restart()
             change(sites, 2)
             _wait(lambda: _in_step(root, sites), "work resumed after a restart")
@@ -261,7 +272,7 @@ def test_the_embedded_runner_on_postgres_waits_out_the_store(
         text = said.read_text()
         assert run.returncode == 0, text
         assert "the fleet database is back" in text, text
-        assert "Traceback" not in text, text
+        assert "Traceback" not in text and "secret" not in text, text
         assert all(v["ok"] for v in _status(root, db).values())
 
 

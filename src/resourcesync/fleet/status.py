@@ -164,7 +164,9 @@ def serve_status(
     root: Path, db: str | None, port: int, host: str = "127.0.0.1"
 ) -> ThreadingHTTPServer:
     """Serve the status page (`/`) and its JSON (`/status.json`) from a thread; each request
-    reads the store afresh through its own connection. Call `shutdown()` to stop."""
+    reads the store afresh through its own connection (503, with the reason, while it cannot be
+    read: PostgreSQL restarting). Call `shutdown()` to stop."""
+    from .registry import FleetError
     from .store import open_store
 
     class Handler(BaseHTTPRequestHandler):
@@ -174,17 +176,27 @@ def serve_status(
                 self.send_error(404)
                 return
             now = time.time()
-            store = open_store(root, db)
             try:
-                if path == "/":
-                    body = "".join(rows_html(store.rows(), now)).encode()
-                    kind = "text/html; charset=utf-8"
-                else:
-                    out = io.StringIO()
-                    write_json(store.rows(), now, out)
-                    body, kind = out.getvalue().encode(), "application/json"
-            finally:
-                store.close()
+                store = open_store(root, db)
+                try:
+                    if path == "/":
+                        body = "".join(rows_html(store.rows(), now)).encode()
+                        kind = "text/html; charset=utf-8"
+                    else:
+                        out = io.StringIO()
+                        write_json(store.rows(), now, out)
+                        body, kind = out.getvalue().encode(), "application/json"
+                finally:
+                    store.close()
+            except FleetError as exc:
+                body = f"the fleet's store cannot be read now: {exc}\n".encode()
+                self.send_response(503)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Retry-After", "10")
+                self.end_headers()
+                self.wfile.write(body)
+                return
             self.send_response(200)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
