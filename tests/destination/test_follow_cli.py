@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,6 +78,19 @@ def _site(root: Path, base: str, hub: str) -> None:
     )
 
 
+def _r3_created(root: Path, base: str, md: str = "") -> None:
+    """The site's Change List with r3.txt created after r2.txt (`md`: more of its rs:md)."""
+    (root / "changelist.xml").write_text(
+        _urlset(
+            'capability="changelist" from="2026-11-01T00:00:00"',
+            f"<url><loc>{base}/r2.txt</loc>"
+            '<rs:md change="created" datetime="2026-11-02T00:00:00" length="4"/></url>',
+            f"<url><loc>{base}/r3.txt</loc>"
+            f'<rs:md change="created" datetime="2026-11-03T00:00:00" length="6"{md}/></url>',
+        )
+    )
+
+
 @contextlib.contextmanager
 def _source(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """The Source of `_site` served from `tmp_path/site` beside a hub; yields (site, base)."""
@@ -102,16 +116,7 @@ def test_a_followers_warnings_about_an_unchanged_document_are_said_once(tmp_path
             # said once too; the zone-less times still not said again.
             (root / "r3.txt").write_text("three\n")
             digest = base64.b64encode(hashlib.md5(b"three\n").digest()).decode()
-            (root / "changelist.xml").write_text(
-                _urlset(
-                    'capability="changelist" from="2026-11-01T00:00:00"',
-                    f"<url><loc>{base}/r2.txt</loc>"
-                    '<rs:md change="created" datetime="2026-11-02T00:00:00" length="4"/></url>',
-                    f"<url><loc>{base}/r3.txt</loc>"
-                    '<rs:md change="created" datetime="2026-11-03T00:00:00" length="6" '
-                    f'hash="md5:{digest}"/></url>',
-                )
-            )
+            _r3_created(root, base, f' hash="md5:{digest}"')
             wait_for(lambda: (dest / "r3.txt").exists(), timeout=30)
             seen = runs()
             wait_for(lambda: runs() >= seen + 2, timeout=30)
@@ -211,3 +216,42 @@ def test_a_dry_run_does_not_follow(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "cannot be given with --follow" in result.stderr
     assert not dest.exists()
+
+
+def test_a_source_without_a_channel_is_followed_by_its_change_list(tmp_path: Path) -> None:
+    """Most Sources offer no change notification channel. `sync --follow` synced once and
+    stopped ("offers no change notification channel"); it follows such a Source by reading its
+    Change List every --poll-interval, says so once, and subscribes when the Source starts
+    offering a channel (looked for at every --check-interval)."""
+    dest = tmp_path / "copy"
+    with _source(tmp_path) as (root, base):
+        with_channel = (root / "capabilitylist.xml").read_text()
+        channel = r'<url><loc>[^<]*</loc><rs:md capability="change-notification"/>.*?</url>'
+        (root / "capabilitylist.xml").write_text(re.sub(channel, "", with_channel))
+        proc = _follower(base, dest, "--json", "--check-interval", "2")
+        events: list[dict[str, object]] = []
+        try:
+            assert proc.stdout is not None
+            lines = iter(proc.stdout)
+
+            def until(what: str) -> None:
+                for line in lines:
+                    events.append(json.loads(line))
+                    if events[-1]["event"] == what:
+                        return
+                raise AssertionError(f"the follower ended before {what}: {events}")
+
+            until("no-channel")
+            assert (dest / "r2.txt").read_text() == "two\n"
+            (root / "r3.txt").write_text("three\n")
+            _r3_created(root, base)
+            wait_for(lambda: (dest / "r3.txt").exists(), timeout=30)
+            (root / "capabilitylist.xml").write_text(with_channel)
+            until("subscribed")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+    (said,) = [e for e in events if e["event"] == "no-channel"]  # once, not at every check
+    assert "followed by reading its Change List every 1 s" in str(said["detail"])
+    assert (dest / "r3.txt").read_text() == "three\n"

@@ -597,7 +597,8 @@ class _ProgressDisplay:
 @click.option(
     "--follow",
     is_flag=True,
-    help="Then follow the Source's change notifications (WebSub) until stopped.",
+    help="Then follow the Source's change notifications (WebSub) until stopped; a Source "
+    "that offers none, by reading its Change List every --poll-interval.",
 )
 @click.option(
     "--listen",

@@ -16,7 +16,9 @@ What keeps the copy whole:
   changes published while there was none.
 - Silence longer than `poll_interval` (a lost hub), or any channel down (a hub that refuses,
   does not answer or verifies late), means polling the Change List — every
-  `outage_poll_interval` while a channel is down.
+  `outage_poll_interval` while a channel is down. A Source that offers no channel (most do
+  not) is followed by polling alone, every `poll_interval`, and looked at again for a channel
+  at every check.
 - A framework notification (a new Resource Dump, a rotated Change List, a new Capability
   List) is acted on at once: the Source is read again and the copy caught up.
 - A Source that cannot be reached is retried with backoff; nothing is applied past a gap that
@@ -41,7 +43,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import ReadError, ResourceSyncError
+from ..errors import ResourceSyncError
 from ..http import HttpOptions, RetryPolicy, make_client
 from ..model import Capability, Resource
 from ..sitemap import open_document
@@ -74,6 +76,14 @@ class FollowOptions:
     #: `retry_backoff`, with jitter, capped at `max_backoff`.
     retry_backoff: float = 1.0
     max_backoff: float = 300.0
+
+
+def _no_channel(source: str, fo: FollowOptions) -> str:
+    return (
+        f"{source} offers no change notification channel (no change-notification entry with "
+        f"a hub in its Capability List): followed by reading its Change List every "
+        f"{fo.poll_interval:g} s"
+    )
 
 
 def _channels(info: SourceInfo, client: Any) -> list[Channel]:
@@ -139,6 +149,9 @@ class _Follower:
         #: When a catch-up is due (None: only when the poll interval says so).
         self.catch_up_at: float | None = None
         self.source_failures = 0
+        #: When the Source's channels were last read (looked for again at every check while
+        #: it offers none).
+        self.channels_read = self.last_synced
 
     def run(self, stop: threading.Event) -> None:
         ends = time.monotonic() + self.fo.duration if self.fo.duration is not None else None
@@ -169,6 +182,7 @@ class _Follower:
                     self.subscriber.resubscribe_now(
                         "the Change List had changes no notification announced"
                     )
+                self._look_for_channels()
             try:
                 endpoint, body = self.inbox.get(timeout=0.1)
             except queue.Empty:
@@ -220,6 +234,16 @@ class _Follower:
             self.report("source-unavailable", {"source": self.source, "reason": str(exc)})
             return
         self.subscriber.update(found)
+
+    def _look_for_channels(self) -> None:
+        """While the Source offers no change channel, look for one at every check."""
+        now = time.monotonic()
+        if now < self.channels_read + self.fo.check_interval or any(
+            ch.kind == "change" for ch in self.subscriber.channels
+        ):
+            return
+        self.channels_read = now
+        self.refresh_channels()
 
     def _found_changes(self) -> bool:
         return any(s.changes for s in self.reports[-1].sets)
@@ -317,11 +341,9 @@ def follow(
         info = discover(source, client=client, choose=options.set)
         channels = _channels(info, client)
     if not any(ch.kind == "change" for ch in channels):
-        raise ReadError(
-            "the Source offers no change notification channel (no change-notification "
-            "entry with a hub in its Capability List)",
-            source=source,
-        )
+        # Most Sources offer none: followed by reading their Change Lists (and looked at again
+        # for a channel at every check).
+        report("no-channel", _no_channel(source, fo))
     # Requests to a hub are tried once each: the subscriber has its own backoff.
     hub_http = HttpOptions(
         timeout=min(options.http.timeout, 10.0),
