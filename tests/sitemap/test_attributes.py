@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from resourcesync.sitemap.read import MAX_ATTRIBUTES
+from resourcesync.sitemap.decode import MAX_ATTRIBUTES
 
 N = 200_000
 MANY = " ".join(f'a{i}="x"' for i in range(N))

@@ -21,18 +21,27 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Protocol
-from urllib.parse import urljoin, urlsplit
+from typing import IO, Any
+from urllib.parse import urlsplit
 
 from lxml import etree
 
-from ..errors import FormatError, ReadError
-from ..hashing import ALGORITHMS, normalise_digest, parse_hashes
+from ..errors import ReadError
 from ..inflate import Inflate, InflateError
-from ..model import RS_NS, SITEMAP_NS, Document, Link, Resource
+from ..model import Document, Resource
 from ..sniff import looks_like_html
-from ..units import ascii_int
-from ..w3cdt import W3CDatetimeError, format_w3c, parse_bent, parse_w3c
+from .decode import (
+    RS_LN,
+    RS_MD,
+    SCHEME,
+    SITEMAP,
+    SITEMAPINDEX,
+    URL,
+    URLSET,
+    EntryDecoder,
+    ProblemHandler,
+    local_name,
+)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -48,26 +57,6 @@ __all__ = [
 #: we read larger ones (our own benchmarks use 1,000,000 entries) but not without bound.
 DEFAULT_MAX_BYTES = 2 * 1024**3
 CHUNK = 1 << 18
-#: The common case, checked first: a reference that is surely absolute.
-_ABSOLUTE = ("http://", "https://")
-#: A URI scheme (RFC 3986 §3.1): a reference that has one is not relative.
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-#: Attributes read from one element. An `<rs:md>` has a dozen at most; lxml hands attribute
-#: values over in time quadratic in their number, so an element with 200,000 would stall the
-#: reader for minutes: such a document is refused, in linear time (issue 17.14).
-MAX_ATTRIBUTES = 256
-
-URLSET = f"{{{SITEMAP_NS}}}urlset"
-SITEMAPINDEX = f"{{{SITEMAP_NS}}}sitemapindex"
-URL = f"{{{SITEMAP_NS}}}url"
-SITEMAP = f"{{{SITEMAP_NS}}}sitemap"
-LOC = f"{{{SITEMAP_NS}}}loc"
-LASTMOD = f"{{{SITEMAP_NS}}}lastmod"
-CHANGEFREQ = f"{{{SITEMAP_NS}}}changefreq"
-PRIORITY = f"{{{SITEMAP_NS}}}priority"
-RS_MD = f"{{{RS_NS}}}md"
-RS_LN = f"{{{RS_NS}}}ln"
-
 Source = str | os.PathLike[str] | bytes | bytearray | IO[bytes]
 
 #: What a document that is an HTML page is refused as (a site's page, or its sign-in or error
@@ -80,24 +69,11 @@ _ROOT_END = re.compile(rb"</(?:[\w.-]+:)?(?:urlset|sitemapindex)\s*>")
 _ENTRY_LIKE = re.compile(rb"<(?:[\w.-]+:)?(?:urlset|sitemapindex|url|sitemap|loc)[\s/>]")
 
 
-class ProblemHandler(Protocol):
-    """Receives a value problem (bad datetime, bad number, missing <loc>) instead of an error."""
-
-    def __call__(self, message: str, line: int | None, entry: str | None) -> None: ...
-
-
 def is_url(text: str) -> bool:
     """Whether `text` names an http(s) URL (rather than a file), from its scheme alone: a
     malformed one (`http://[::1/`) is a URL that cannot be read, not a file's name."""
-    scheme = _SCHEME.match(text)
+    scheme = SCHEME.match(text)
     return scheme is not None and scheme.group().lower() in ("http:", "https:")
-
-
-def _c14n(el: Any) -> str:
-    """A foreign element as exclusive C14N text: stable, self-contained namespace declarations."""
-    data: bytes = etree.tostring(el, method="c14n", exclusive=True, with_comments=False)
-    # C14N keeps the tail only with with_tail, which tostring(c14n) does not expose: strip it.
-    return data.decode("utf-8")
 
 
 class _Chunks:
@@ -177,7 +153,6 @@ class DocumentReader:
         on_problem: ProblemHandler | None = None,
     ) -> None:
         self.max_bytes = max_bytes
-        self.on_problem = on_problem
         self._client = client
         self._closers: list[Callable[[], None]] = []
         self.url: str | None = None
@@ -215,15 +190,24 @@ class DocumentReader:
         self.entry_count = 0
         #: Lines of document-level `rs:md`/`rs:ln` that came after the first entry.
         self.late_header_lines: list[int] = []
+        #: Elements to values (sitemap/decode.py).
+        self._decoder = EntryDecoder(self.name, on_problem, self.base_url)
         #: Line of each document-level element, for the validator's messages.
-        self.header_lines: dict[str, int] = {}
+        self.header_lines = self._decoder.header_lines
         #: Rules this document bends that the reader read through (zone-less datetimes,
         #: base64 digests): one line per kind, for the caller to show. With `on_problem` set
         #: they are reported to it as problems instead.
-        self.warnings: list[str] = []
-        self._warned: set[str] = set()
-        #: Reading an entry (not the document's own header).
-        self._in_entry = False
+        self.warnings = self._decoder.warnings
+
+    @property
+    def on_problem(self) -> ProblemHandler | None:
+        """Where value problems go (None: the first raises `FormatError`); may be set before
+        the first entry is read."""
+        return self._decoder.on_problem
+
+    @on_problem.setter
+    def on_problem(self, handler: ProblemHandler | None) -> None:
+        self._decoder.on_problem = handler
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -378,7 +362,7 @@ class DocumentReader:
             self._handle_events(self._parser.read_events())
             if self._ended is not None and self._nothing_more_after_root(exc):
                 msg = exc.msg.split(", line ")[0].strip() if exc.msg else "not XML"
-                self._warn(
+                self._decoder.warn(
                     "after-root",
                     f"text after the root element (not well-formed XML: {msg}): ignored",
                     exc.lineno or None,
@@ -465,7 +449,7 @@ class DocumentReader:
         end = stripped.find(b"?>")
         if end < 0 or not stripped[5:6].isspace():
             return head
-        self._warn(
+        self._decoder.warn(
             "declaration",
             "whitespace before the XML declaration (not well-formed XML): read without it",
             1,
@@ -488,7 +472,7 @@ class DocumentReader:
             )
         if root.tag not in (URLSET, SITEMAPINDEX):
             raise ReadError(
-                f"not a sitemap document: the root element is {_name(root.tag)}, "
+                f"not a sitemap document: the root element is {local_name(root.tag)}, "
                 "expected urlset or sitemapindex in the sitemap namespace",
                 source=self.name,
                 line=root.sourceline,
@@ -498,7 +482,7 @@ class DocumentReader:
         root = self._root
         entry_tag = self._entry_tag
         pending = self._pending
-        entry = self._entry
+        entry = self._decoder.entry
         last = None
         count = 0
         for _, el in events:
@@ -517,12 +501,14 @@ class DocumentReader:
             if el.tag != entry_tag:
                 if el.tag in (URLSET, SITEMAPINDEX):
                     continue  # an element named as a root, inside the root: not an entry
-                self._problem(f"<{_name(el.tag)}> in a <{_name(root.tag)}>", el.sourceline, None)
+                self._decoder.problem(
+                    f"<{local_name(el.tag)}> in a <{local_name(root.tag)}>", el.sourceline, None
+                )
                 continue
             if self._document is None:
-                self._document = self._header(parent, el)
+                self._document = self._decoder.header(parent, el)
                 self._header_count = parent.index(el)
-                self._in_entry = True
+                self._decoder.in_entry = True
             line = el.sourceline
             pending.append((line, entry(el, line)))
             last = el
@@ -548,7 +534,7 @@ class DocumentReader:
             raise ReadError("empty document (no XML)", source=self.name)
         self._check_root(root)
         if self._document is None:
-            self._document = self._header(root, None)
+            self._document = self._decoder.header(root, None)
         else:
             last = root[-1] if len(root) else None
             trailing = []
@@ -563,326 +549,9 @@ class DocumentReader:
         assert self._document is not None
         if el.tag in (RS_MD, RS_LN):
             self.late_header_lines.append(el.sourceline)
-        self._in_entry = False
-        self._apply_header_element(self._document, el)
-        self._in_entry = True
-
-    # -- decoding --------------------------------------------------------------------------
-
-    def _attrib(self, el: Any) -> Any:
-        """`el`'s attributes, once their number is known to be sane."""
-        attrib = el.attrib
-        n = len(attrib)  # counted without reading the values: linear
-        if n > MAX_ATTRIBUTES:
-            raise ReadError(
-                f"an element with {n} attributes (at most {MAX_ATTRIBUTES} are read): "
-                "not a ResourceSync document",
-                source=self.name,
-                line=el.sourceline,
-            )
-        return attrib
-
-    def _subtree(self, el: Any) -> Any:
-        """`el`, once every element in it is known to have a sane number of attributes."""
-        for e in el.iter():
-            self._attrib(e)
-        return el
-
-    def _problem(self, message: str, line: int | None, entry: str | None) -> None:
-        if self.on_problem is None:
-            raise FormatError(message, source=self.name, line=line, entry=entry)
-        self.on_problem(message, line, entry)
-
-    def _unread(self, message: str, line: int | None, entry: str | None) -> None:
-        """A value of an entry that cannot be read (empty, as templates write what they lack;
-        `12.0` for a length; a word for a priority). The validator's error. A Destination reads
-        it as not given, said once a document: what it would have checked is checked by what
-        else the entry gives, never taken for verified (one such value stopped the whole sync,
-        on every run). In the document's own `rs:md` (its times, which the copy's cursor
-        follows) it stays an error."""
-        if self.on_problem is not None or not self._in_entry:
-            self._problem(message, line, entry)
-        else:
-            self._warn(
-                "unread",
-                f"{message}: read as not given, and so may other values in this document",
-                line,
-            )
-
-    def _header(self, root: Any, first_entry: Any) -> Document:
-        doc = Document(index=root.tag == SITEMAPINDEX)
-        for prefix, uri in root.nsmap.items():
-            if prefix and uri not in (SITEMAP_NS, RS_NS):
-                doc.namespaces[prefix] = uri
-        if root.attrib:
-            doc.attrs.update(self._attrib(root))
-        for el in root:
-            if el is first_entry:
-                break
-            self._apply_header_element(doc, el)
-        return doc
-
-    def _apply_header_element(self, doc: Document, el: Any) -> None:
-        tag = el.tag
-        if not isinstance(tag, str):
-            return
-        line = el.sourceline
-        if tag == RS_MD:
-            if "md" in self.header_lines:
-                self._problem("more than one document-level <rs:md>", line, None)
-            self.header_lines.setdefault("md", line)
-            self._md(self._attrib(el), doc, line, None)
-        elif tag == RS_LN:
-            self.header_lines.setdefault(f"ln:{el.get('rel')}", line)
-            link = self._link(self._attrib(el), line, None)
-            if link is not None:
-                doc.links.append(link)
-        elif tag in (URL, SITEMAP):
-            return
-        else:
-            doc.extensions.append(_c14n(self._subtree(el)))
-
-    def _datetime(self, text: str | None, what: str, line: int, loc: str | None) -> Any:
-        if text is None:
-            return None
-        try:
-            return parse_w3c(text.strip())
-        except W3CDatetimeError as exc:
-            bent = parse_bent(text)
-            if bent is None:
-                self._unread(f"{what}: {exc}", line, loc)
-                return None
-            # A form near W3C Datetime that leaves no doubt (CORE and RSEngine write times
-            # without a zone, Python's str() a space for the T, Java and PHP `+0900`): read as
-            # it means (tolerant in what we sync); an error for the validator, one warning per
-            # document and kind otherwise.
-            value, how = bent
-            shown = text.strip()
-            if how.startswith("no zone"):
-                kind = "zoneless"
-                message = (
-                    f"{what}: {shown!r} has no time zone (W3C Datetime requires one; "
-                    "Destinations read it as UTC)"
-                )
-            else:
-                kind = "bent-datetime"
-                message = (
-                    f"{what}: {shown!r} is not W3C Datetime but reads unambiguously ({how}): "
-                    f"Destinations read it as {format_w3c(value)}"
-                )
-            if self.on_problem is not None:
-                self._problem(message, line, loc)
-            else:
-                self._warn(kind, f"{message}, and so may others in this document", line)
-            return value
-
-    def _warn(self, kind: str, message: str, line: int | None) -> None:
-        """A rule the document bends that we read through: said once per document and kind."""
-        if kind not in self._warned:
-            self._warned.add(kind)
-            self.warnings.append(f"line {line}: {message}" if line else message)
-
-    def _hashes(self, value: str, what: str, line: int, loc: str | None) -> dict[str, str]:
-        try:
-            hashes = parse_hashes(value)
-        except ValueError as exc:
-            self._unread(f"{what}: {exc}", line, loc)
-            return {}
-        if self.on_problem is None:
-            # Digests in base64 (the 2014 Cornell simulator) compared as hex, and algorithm
-            # tokens in upper case read in lower case, said once. A digest of an algorithm we
-            # cannot compute is kept as read (`cat`, a republisher) and said once: a
-            # Destination checks a resource it alone describes as one the list gives no digest
-            # for (`hashing.checkable`). The validator sees them as written.
-            read: dict[str, str] = {}
-            for token, digest in hashes.items():
-                algo = token if token in ALGORITHMS else token.lower()
-                if algo not in ALGORITHMS:
-                    self._warn(
-                        "hash-unknown",
-                        f"{what}: {token} digests (and any other algorithm's but "
-                        f"{', '.join(ALGORITHMS)}) are not checked: the resources listed with "
-                        "no other are checked by length, type and time",
-                        line,
-                    )
-                    read.setdefault(token, digest)
-                    continue
-                if algo != token:
-                    self._warn(
-                        "hash-case", f"{what}: {token} read as {algo}, and so may others", line
-                    )
-                hexed = normalise_digest(algo, digest)
-                if hexed is not None and hexed != digest:
-                    if hexed.lower() != digest.lower():
-                        self._warn(
-                            "base64",
-                            f"{what}: {algo} digests in base64, not hex; read as hex",
-                            line,
-                        )
-                    digest = hexed
-                read.setdefault(algo, digest)
-            return read
-        return hashes
-
-    def _int(self, text: str, what: str, line: int, loc: str | None) -> int | None:
-        value = ascii_int(text.strip())
-        if value is None:
-            shown = text if len(text) <= 40 else f"{text[:40]}…"
-            self._unread(f"{what}: {shown!r} is not a non-negative integer", line, loc)
-        return value
-
-    def _md(self, attrib: Any, target: Any, line: int, loc: str | None) -> None:
-        for key, value in attrib.items():
-            if key == "capability":
-                target.capability = value
-            elif key == "at":
-                target.at = self._datetime(value, "rs:md at", line, loc)
-            elif key == "completed":
-                target.completed = self._datetime(value, "rs:md completed", line, loc)
-            elif key == "from":
-                target.from_ = self._datetime(value, "rs:md from", line, loc)
-            elif key == "until":
-                target.until = self._datetime(value, "rs:md until", line, loc)
-            elif isinstance(target, Resource):
-                self._md_entry(target, key, value, line, loc)
-            else:
-                target.md_extra[key] = value
-
-    def _md_entry(self, res: Resource, key: str, value: str, line: int, loc: str | None) -> None:
-        if key == "hash":
-            res.hashes = self._hashes(value, "rs:md hash", line, loc)
-        elif key == "length":
-            res.length = self._int(value, "rs:md length", line, loc)
-        elif key == "type":
-            res.type = value
-        elif key == "change":
-            res.change = value
-        elif key == "datetime":
-            res.datetime = self._datetime(value, "rs:md datetime", line, loc)
-        elif key == "encoding":
-            res.encoding = value
-        elif key == "path":
-            res.path = value
-        else:
-            res.md_extra[key] = value
-
-    def _link(self, attrib: Any, line: int, loc: str | None) -> Link | None:
-        rel = attrib.get("rel")
-        href = attrib.get("href")
-        if not rel or href is None:
-            self._unread("<rs:ln> needs both rel and href", line, loc)
-            return None
-        href = href.strip()
-        if not href.startswith(_ABSOLUTE) and self.base_url is not None:
-            href = self._resolved(href, "rs:ln href", line)
-        link = Link(rel=rel, href=href)
-        for key, value in attrib.items():
-            if key in ("rel", "href"):
-                continue
-            if key == "type":
-                link.type = value
-            elif key == "length":
-                link.length = self._int(value, "rs:ln length", line, loc)
-            elif key == "hash":
-                link.hashes = self._hashes(value, "rs:ln hash", line, loc)
-            elif key == "modified":
-                link.modified = self._datetime(value, "rs:ln modified", line, loc)
-            elif key == "path":
-                link.path = value
-            elif key == "pri":
-                link.pri = self._int(value, "rs:ln pri", line, loc)
-            elif key == "encoding":
-                link.encoding = value
-            else:
-                link.extra[key] = value
-        return link
-
-    def _repeated_md(self, line: int, loc: str | None) -> None:
-        """A second `<rs:md>` in one entry: its attributes are merged over the first (a
-        `created` may become `deleted`). A problem for the validator, a warning otherwise."""
-        message = "more than one <rs:md> in an entry (the later one's values win)"
-        if self.on_problem is not None:
-            self._problem(message, line, loc)
-        else:
-            self._warn("md-repeated", message, line)
-
-    def _entry(self, el: Any, line: int) -> Resource:
-        # The hot path: one call per entry, the common fields inline.
-        res = Resource(loc="")
-        seen_loc = False
-        seen_md = False
-        if el.attrib:
-            res.attrs.update(self._attrib(el))
-        # el[:] hands over the children as one list: several times cheaper than iterating.
-        for child in el[:]:
-            tag = child.tag
-            if tag == LOC:
-                text = child.text
-                res.loc = text.strip() if text else ""
-                seen_loc = True
-            elif tag == RS_MD:
-                if seen_md:
-                    self._repeated_md(child.sourceline, res.loc or None)
-                seen_md = True
-                for key, value in self._attrib(child).items():
-                    if key == "hash":
-                        res.hashes = self._hashes(
-                            value, "rs:md hash", child.sourceline, res.loc or None
-                        )
-                    elif key == "length":
-                        length = ascii_int(value)
-                        if length is None:
-                            length = self._int(value, "rs:md length", child.sourceline, res.loc)
-                        res.length = length
-                    elif key == "type":
-                        res.type = value
-                    elif key == "change":
-                        res.change = value
-                    elif key == "datetime":
-                        try:
-                            res.datetime = parse_w3c(value)
-                        except W3CDatetimeError:
-                            res.datetime = self._datetime(
-                                value, "rs:md datetime", child.sourceline, res.loc
-                            )
-                    else:
-                        self._md({key: value}, res, child.sourceline, res.loc or None)
-            elif tag == LASTMOD:
-                text = child.text or ""
-                try:
-                    res.lastmod = parse_w3c(text)
-                except W3CDatetimeError:
-                    res.lastmod = self._datetime(text, "lastmod", child.sourceline, res.loc)
-            elif tag == RS_LN:
-                link = self._link(self._attrib(child), child.sourceline, res.loc or None)
-                if link is not None:
-                    res.links.append(link)
-            elif tag == CHANGEFREQ:
-                res.changefreq = (child.text or "").strip()
-            elif tag == PRIORITY:
-                try:
-                    res.priority = float((child.text or "").strip())
-                except ValueError:
-                    self._unread(f"priority: {child.text!r} is not a number", line, res.loc)
-            elif isinstance(tag, str):
-                res.extensions.append(_c14n(self._subtree(child)))
-        if not seen_loc or not res.loc:
-            self._problem(f"<{_name(el.tag)}> without <loc>", line, None)
-        elif not res.loc.startswith(_ABSOLUTE) and self.base_url is not None:
-            res.loc = self._resolved(res.loc, "<loc>", line)
-        return res
-
-    def _resolved(self, ref: str, what: str, line: int | None) -> str:
-        """A relative reference resolved against the document's URL (RFC 3986 §5), as a
-        Destination needs it; the validator sees it as written and calls it an error."""
-        if self.on_problem is not None or self.base_url is None or _SCHEME.match(ref):
-            return ref
-        self._warn(f"relative-{what}", f"relative {what} values read against {self.base_url}", line)
-        return urljoin(self.base_url, ref)
-
-
-def _name(tag: str) -> str:
-    return tag.rpartition("}")[2] if isinstance(tag, str) else str(tag)
+        self._decoder.in_entry = False
+        self._decoder.apply_header_element(self._document, el)
+        self._decoder.in_entry = True
 
 
 def open_document(
