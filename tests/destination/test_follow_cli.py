@@ -13,7 +13,9 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -89,6 +91,15 @@ def _r3_created(root: Path, base: str, md: str = "") -> None:
             f'<rs:md change="created" datetime="2026-11-03T00:00:00" length="6"{md}/></url>',
         )
     )
+
+
+def _without_channel(root: Path) -> str:
+    """The site's Capability List without its change notification channel; returns the one
+    with it."""
+    with_channel = (root / "capabilitylist.xml").read_text()
+    channel = r'<url><loc>[^<]*</loc><rs:md capability="change-notification"/>.*?</url>'
+    (root / "capabilitylist.xml").write_text(re.sub(channel, "", with_channel))
+    return with_channel
 
 
 @contextlib.contextmanager
@@ -225,9 +236,7 @@ def test_a_source_without_a_channel_is_followed_by_its_change_list(tmp_path: Pat
     offering a channel (looked for at every --check-interval)."""
     dest = tmp_path / "copy"
     with _source(tmp_path) as (root, base):
-        with_channel = (root / "capabilitylist.xml").read_text()
-        channel = r'<url><loc>[^<]*</loc><rs:md capability="change-notification"/>.*?</url>'
-        (root / "capabilitylist.xml").write_text(re.sub(channel, "", with_channel))
+        with_channel = _without_channel(root)
         proc = _follower(base, dest, "--json", "--check-interval", "2")
         events: list[dict[str, object]] = []
         try:
@@ -255,3 +264,39 @@ def test_a_source_without_a_channel_is_followed_by_its_change_list(tmp_path: Pat
     (said,) = [e for e in events if e["event"] == "no-channel"]  # once, not at every check
     assert "followed by reading its Change List every 1 s" in str(said["detail"])
     assert (dest / "r3.txt").read_text() == "three\n"
+
+
+def test_a_follower_keeps_its_last_reports_not_every_one(tmp_path: Path) -> None:
+    """A follower runs for months, a catch-up every few minutes: it held every report it ever
+    made (each with up to 1,000 problems and 10,000 links) until it stopped. Every report goes
+    to `on_event`; the last `KEPT_REPORTS` are kept and returned."""
+    from resourcesync.destination.subscribe import KEPT_REPORTS, FollowOptions, follow
+    from resourcesync.destination.sync import SyncOptions
+
+    runs: list[object] = []
+    with _source(tmp_path) as (root, base):
+        _without_channel(root)
+        kept = follow(
+            f"{base}/capabilitylist.xml",
+            tmp_path / "copy",
+            SyncOptions(),
+            FollowOptions(poll_interval=0.01, duration=60),
+            on_event=lambda kind, detail: runs.append(detail) if kind == "caught-up" else None,
+            stop=_after(lambda: len(runs) > KEPT_REPORTS + 20),
+        )
+    assert len(runs) > KEPT_REPORTS + 20
+    assert len(kept) == KEPT_REPORTS
+    assert kept[-1] is runs[-1] and kept[0] is runs[-KEPT_REPORTS]
+
+
+def _after(done: Callable[[], bool]) -> threading.Event:
+    """An event set once `done()` holds (looked at every 10 ms, from a thread)."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not done():
+            time.sleep(0.01)
+        stop.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    return stop

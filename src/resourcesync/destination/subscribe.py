@@ -33,6 +33,7 @@ Every outage and recovery is reported as an event (`hub-unavailable`, `subscribe
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import queue
 import threading
@@ -53,7 +54,11 @@ from .plan import InOrder
 from .sync import SetReport, SyncOptions, SyncReport, _Syncer, sync
 from .websub import Callbacks, Channel, Endpoint, Event, Inbox, Subscriber, serve_callbacks
 
-__all__ = ["FollowOptions", "follow"]
+__all__ = ["KEPT_REPORTS", "FollowOptions", "follow"]
+
+#: The reports `follow` keeps (each goes to `on_event` as it comes): a follower runs for months,
+#: a catch-up every few minutes, and must not hold every report it ever made.
+KEPT_REPORTS = 100
 
 
 @dataclass
@@ -133,7 +138,7 @@ class _Follower:
         subscriber: Subscriber,
         inbox: Inbox,
         applier: _Applier,
-        reports: list[SyncReport],
+        reports: collections.deque[SyncReport],
         report: Event,
     ) -> None:
         self.source, self.dest, self.options, self.fo = source, dest, options, fo
@@ -328,14 +333,15 @@ def follow(
     stop: threading.Event | None = None,
 ) -> list[SyncReport]:
     """Sync, then follow the Source's notifications until `stop` is set (or the duration ends).
-    Returns the report of every catch-up and notification applied."""
+    Returns the reports of the last `KEPT_REPORTS` syncs, catch-ups and notifications applied
+    (every one is given to `on_event` as it comes)."""
     report = on_event or (lambda kind, detail: None)
     stop = stop or threading.Event()
     fo = follow_options
     # Credentials to the Source's host, and the run's reach, for every request here as in
     # the syncs: discovery, the notifications' syncs, the hubs.
     options = scoped(options, source)
-    reports = [sync(source, dest, options)]
+    reports = collections.deque([sync(source, dest, options)], maxlen=KEPT_REPORTS)
     report("synced", reports[-1])
     with make_client(options.http) as client:
         info = discover(source, client=client, choose=options.set)
@@ -378,4 +384,4 @@ def follow(
             applier.close()
             with contextlib.suppress(ResourceSyncError):
                 subscriber.unsubscribe_all()
-    return reports
+    return list(reports)
