@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -300,3 +301,58 @@ def _after(done: Callable[[], bool]) -> threading.Event:
 
     threading.Thread(target=watch, daemon=True).start()
     return stop
+
+
+def test_a_full_dest_is_waited_out_not_the_end_of_the_follower(tmp_path: Path) -> None:
+    """DEST's disk fills while following (played by RLIMIT_FSIZE, as tests/test_full_disk.py
+    does): the follower stopped for good ("cannot write a state database … free some space and
+    run again"). It says so (`dest-unwritable`, never `caught-up`), tries again with backoff,
+    and once there is room the change is in the copy."""
+    import resource
+
+    dest = tmp_path / "copy"
+    with _source(tmp_path) as (root, base):
+        _without_channel(root)
+        command = [sys.executable, "-m", "resourcesync", "sync", f"{base}/capabilitylist.xml"]
+        proc = subprocess.Popen(
+            [*command, dest, "--follow", "--poll-interval", "1", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN),
+        )
+        events: list[dict[str, Any]] = []
+        try:
+            assert proc.stdout is not None
+            lines = iter(proc.stdout)
+
+            def until(what: str) -> dict[str, Any]:
+                for line in lines:
+                    events.append(json.loads(line))
+                    if events[-1]["event"] == what:
+                        return events[-1]
+                raise AssertionError(f"the follower ended before {what}: {events}")
+
+            until("caught-up")  # following (its state opened once it began)
+            # The disk full: no file of the process may grow past 1,000 bytes.
+            limit = resource.RLIM_INFINITY
+            resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (1000, limit))
+            (root / "r3.txt").write_text("three\n")
+            _r3_created(root, base)
+            full = until("dest-unwritable")
+            assert "free some space and run again" in full["detail"]["reason"], full
+            assert not any(
+                e["event"] == "caught-up" and e["detail"]["sets"][0]["changes"] for e in events
+            ), events
+            resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (limit, limit))
+            while not (until("caught-up")["detail"]["ok"] and (dest / "r3.txt").exists()):
+                pass
+        finally:
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err, err
+        # The copy is whole: what the run cut short left nothing behind.
+        audit = subprocess.run([*command, dest], capture_output=True, text=True)
+        assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert (dest / "r3.txt").read_text() == "three\n"

@@ -826,7 +826,14 @@ def _event_line(kind: str, detail: Any) -> str:
 #: A follower's events that say something went wrong (-q still shows them): a hub or the
 #: Source out, a subscription denied or lost, a notification that could not be used.
 _TROUBLE = frozenset(
-    {"hub-unavailable", "source-unavailable", "denied", "dropped", "resubscribing"}
+    {
+        "hub-unavailable",
+        "source-unavailable",
+        "dest-unwritable",
+        "denied",
+        "dropped",
+        "resubscribing",
+    }
 )
 
 

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import queue
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -44,7 +46,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import ResourceSyncError
+from ..errors import FULL_ERRNOS, ResourceSyncError, storage_failure
 from ..http import HttpOptions, RetryPolicy, make_client
 from ..model import Capability, Resource
 from ..sitemap import open_document
@@ -126,6 +128,19 @@ class _Applier:
 
 # Failures of a catch-up that are an outage (retried), not a bad Source.
 _OUTAGE = (ResourceSyncError, OSError, httpx.HTTPError)
+#: errnos of DEST's own storage refusing a write: full, read-only, not permitted, failing.
+_STORAGE_ERRNOS = FULL_ERRNOS | {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+
+
+def _storage(exc: BaseException, dest: Path) -> str | None:
+    """One line when `exc` is DEST's own storage refusing a write (its files or its state
+    database); None otherwise."""
+    if isinstance(exc, sqlite3.OperationalError) or (
+        isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS
+    ):
+        said = storage_failure(exc, dest)
+        return said[0] if said is not None else None
+    return None
 
 
 class _Follower:
@@ -201,7 +216,13 @@ class _Follower:
         self.last_caught_up = now
         try:
             result = sync(self.source, self.dest, self.options)
-        except _OUTAGE as exc:
+        except (*_OUTAGE, sqlite3.OperationalError) as exc:
+            if (said := _storage(exc, self.dest)) is not None:
+                self.last_synced = now
+                self.unwritable(said)
+                return False
+            if isinstance(exc, sqlite3.OperationalError):
+                raise
             self.source_failures += 1
             delay = self.backoff.delay(self.source_failures)
             self.catch_up_at = now + delay
@@ -227,6 +248,22 @@ class _Follower:
             self.source_failures += 1
             self.catch_up_at = self.last_synced + self.backoff.delay(self.source_failures)
         return True
+
+    def unwritable(self, reason: str) -> None:
+        """DEST (its files or its state) refused a write — full, read-only: nothing of the run
+        was recorded; said, and tried again with backoff until it takes the writes."""
+        self.source_failures += 1
+        delay = self.backoff.delay(self.source_failures)
+        self.catch_up_at = time.monotonic() + delay
+        self.report(
+            "dest-unwritable",
+            {
+                "dest": str(self.dest),
+                "reason": reason,
+                "attempt": self.source_failures,
+                "retry_in": delay,
+            },
+        )
 
     def refresh_channels(self) -> None:
         """Read the Source's channels again (a Capability List changed: a channel added or
@@ -296,7 +333,13 @@ class _Follower:
             order.see(e)
         try:
             set_report = self.applier.apply(ch.set, entries)
-        except _OUTAGE as exc:
+        except (*_OUTAGE, sqlite3.OperationalError) as exc:
+            if (said := _storage(exc, self.dest)) is not None:
+                ch.covered = None  # the Change List has these changes: a catch-up gets them
+                self.unwritable(said)
+                return
+            if isinstance(exc, sqlite3.OperationalError):
+                raise
             # Not applied (no baseline for the set yet, the Source gone mid-way): the Change
             # List has these changes; a catch-up gets them.
             ch.covered = None
