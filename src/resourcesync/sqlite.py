@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import ResourceSyncError
+from .errors import ResourceSyncError, storage_failure
 
 __all__ = ["connect", "connect_read_only", "transaction"]
 
@@ -28,7 +28,10 @@ def connect(
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(schema)
     except sqlite3.DatabaseError as exc:
-        raise error(f"cannot open the state database: {exc}", source=str(path)) from None
+        # Its disk full or read-only: said as every command says it (the hint to free space).
+        said = storage_failure(exc)
+        why = said[0] if said is not None else f"cannot open the state database: {exc}"
+        raise error(why, source=str(path)) from None
     return db
 
 

@@ -7,7 +7,7 @@ import contextlib
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -146,3 +146,60 @@ def test_the_watcher_scans_the_whole_tree_now_and_then(tmp_path: Path) -> None:
     assert not [r for r in results if isinstance(r, Exception)], results
     h = check_history(tmp_path / "out", DOCS, "set1")
     assert sorted(c.loc.removeprefix(BASE) for c in h.changes) == ["x/f.txt", "y/f.txt"]
+
+
+def test_a_publication_that_failed_is_tried_again_without_another_change(tmp_path: Path) -> None:
+    """`source` while OUTDIR's disk is full (RLIMIT_FSIZE, as tests/test_full_disk.py): the
+    state database's write error (not a ResourceSyncError) ended the watcher silently while the
+    server went on serving the old lists, and a failure of another kind waited for the next
+    change in the tree, however long. It says the failure in one line, goes on, and publishes
+    the change once there is room, with no other change."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    for i in range(30):
+        (data / f"f{i}.txt").write_text(f"file {i}\n")
+    argv = [sys.executable, "-m", "resourcesync", "source", data, "--out", out]
+    argv += ["--base-url", "http://127.0.0.1:9/data/", "--port", "0", "--quiet-time", "0.1"]
+    proc = subprocess.Popen(
+        argv,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN),
+    )
+    said: list[str] = []
+    assert proc.stderr is not None
+    reader = threading.Thread(target=lambda: said.extend(proc.stderr or []), daemon=True)
+    reader.start()
+
+    def wait(what: Callable[[], bool], why: str) -> None:
+        deadline = time.monotonic() + 30
+        while not what():
+            assert proc.poll() is None, "".join(said)
+            assert time.monotonic() < deadline, f"gave up waiting: {why}: {''.join(said)}"
+            time.sleep(0.05)
+
+    def listed() -> set[str]:
+        h = check_history(out, "http://127.0.0.1:9/", "resourcesync")
+        return {c.loc.rsplit("/", 1)[-1] for c in h.changes}
+
+    try:
+        wait(lambda: any("serving" in line for line in said), "the server")
+        limit = resource.RLIM_INFINITY
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (1000, limit))  # the disk full
+        (data / "f1.txt").write_text("changed\n")
+        wait(lambda: any("publishing failed" in line for line in said), "the failure")
+        failed = next(line for line in said if "publishing failed" in line)
+        assert "free some space and run again" in failed, failed
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (limit, limit))  # room again
+        wait(lambda: "f1.txt" in listed(), "the change published with no other change")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        reader.join(timeout=5)
+    assert "Traceback" not in "".join(said), "".join(said)
+    assert listed() == {"f1.txt"}

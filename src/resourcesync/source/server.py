@@ -1026,6 +1026,7 @@ async def republish_on_change(
     quiet: float = 1.0,
     stop_event: _Event | None = None,
     full_every: float = 600.0,
+    retry: float = 1.0,
 ) -> None:
     """Publish `config` again whenever its sets' directories change, once the changes have
     paused for `quiet` seconds (a burst of writes is one publication; a steady stream is
@@ -1035,13 +1036,18 @@ async def republish_on_change(
     meanwhile are picked up by the next one. `report` gets each result, or the error of a
     publication that failed (the last good publication stays served).
 
-    A publication scans only the directories of the paths it heard of; one after `full_every`
+    A publication scans only the directories of the paths it heard of; one every `full_every`
     seconds scans the whole tree (what a watch can miss: a change while it was not running,
-    an event queue that overflowed).
+    an event queue that overflowed), changes or not.
+
+    A publication that failed (OUTDIR or the state full or read-only, a set's directory
+    unreadable) keeps the paths it was to publish and is tried again after `retry` seconds,
+    doubling up to a minute, whether or not more changes come: a quiet Source must not serve
+    lists that lack the changes it heard of.
     """
     from watchfiles import DefaultFilter, awatch
 
-    from ..errors import ResourceSyncError
+    from ..errors import ResourceSyncError, storage_failure
     from .publish import publish
 
     dirs = [s.dir for s in config.sets]
@@ -1050,30 +1056,46 @@ async def republish_on_change(
     # The paths heard of and not yet published (kept across a publication that failed).
     pending: dict[str, set[str]] = {s.name: set() for s in config.sets}
     last_full = time.monotonic()
+    failures = 0
+    retry_at: float | None = None  # when a publication that failed is tried again
     async for changes in awatch(
         *dirs,
         watch_filter=DefaultFilter(ignore_paths=ignore),
         step=step,
         debounce=max(10 * step, 1600),
         stop_event=stop_event,
+        # Woken every second without changes too: a retry, the periodic whole scan.
+        rust_timeout=1000,
+        yield_on_timeout=True,
     ):
         for _, path in changes:
             _note_change(config, pending, path)
+        now = time.monotonic()
+        full = now - last_full >= full_every
+        if not changes and not full and (retry_at is None or now < retry_at):
+            continue
         # Only the directories that changed are scanned again (issue 15.4): the tree is not
         # walked for one file.
         changed = {name: set(paths) for name, paths in pending.items()}
-        full = time.monotonic() - last_full >= full_every
         try:
             result = await anyio.to_thread.run_sync(
                 functools.partial(publish, config, changed=None if full else changed)
             )
-        except (ResourceSyncError, OSError) as exc:
-            report(exc)
+        except Exception as exc:
+            said = storage_failure(exc, config.state)
+            if not isinstance(exc, ResourceSyncError | OSError) and said is None:
+                raise
+            # The last good publication stays served; these paths are published next time.
+            report(exc if said is None else ResourceSyncError(said[0]))
+            # (A whole scan that failed is whole again at the retry.)
+            failures += 1
+            retry_at = time.monotonic() + min(60.0, retry * 2 ** (failures - 1))
         else:
             for name, paths in changed.items():
                 pending[name] -= paths
             if full:
                 last_full = time.monotonic()
+            failures, retry_at = 0, None
             report(result)
 
 
