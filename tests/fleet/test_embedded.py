@@ -283,3 +283,40 @@ def test_a_source_that_lists_nothing_empties_no_copy_unless_allowed(tmp_path: Pa
         assert cli(*add, "--allow-empty", "--replace").exit_code == 0
         assert cli("fleet", "run", "--once", "--all", "--root", root).exit_code == 0
         assert tree(root / one.name) == {}
+
+
+def test_a_full_disk_under_the_fleet_is_waited_out(tmp_path: Path) -> None:
+    """The disk of the fleet's store fills while `fleet run` runs (RLIMIT_FSIZE, as
+    tests/test_full_disk.py): the scheduler stopped ("fleet database: database or disk is
+    full"). It waits it out, said once and once when it is over, and the copies catch up."""
+    import resource
+
+    root = tmp_path / "fleet"
+    with many_sources(tmp_path, ["127.0.0.2", "127.0.0.3"]) as (sites, _):
+        listing = tmp_path / "sources.csv"
+        listing.write_text(csv_of(sites, every="1s"))
+        assert cli("fleet", "import", listing, "--root", root).exit_code == 0
+        said = tmp_path / "run.log"
+        argv = [sys.executable, "-m", "resourcesync", "fleet", "run", "--root", str(root)]
+        proc = subprocess.Popen(
+            [*argv, "--retry-after", "1s"],
+            stderr=said.open("w"),
+            preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN),
+        )
+        try:
+            _wait(lambda: _in_step(root, sites), "baselines")
+            limit = resource.RLIM_INFINITY
+            resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (1000, limit))
+            change(sites, 1)
+            _wait(lambda: "trying again until it is back" in said.read_text(), "the outage said")
+            resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (limit, limit))
+            _wait(lambda: _in_step(root, sites), "the copies caught up")
+            _wait(lambda: "the fleet database is back" in said.read_text(), "the store back")
+            assert proc.poll() is None, said.read_text()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        text = said.read_text()
+        assert proc.returncode == 0, text
+        assert "free some space and run again" in text and "Traceback" not in text, text
+        assert all(s["ok"] for s in status(root).values())

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import sqlite as sqlite_habits
+from ..errors import storage_failure
 from .copystate import COPY_ADDED, COPY_SCHEMA, COPY_TABLES, StoreCopyState
-from .registry import Entry, FleetError
+from .registry import Entry, FleetError, StoreUnavailable
 
 __all__ = ["FleetStore", "Outcome", "Row", "SQLiteStore", "open_store"]
 
@@ -420,16 +421,28 @@ class SQLiteStore(SQLStore):
         try:
             return self.db.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise FleetError(f"fleet database: {exc}", source=str(self.path)) from None
+            raise self._error(exc) from None
 
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         try:
             self.db.executemany(sql, rows)
         except sqlite3.DatabaseError as exc:
-            raise FleetError(f"fleet database: {exc}", source=str(self.path)) from None
+            raise self._error(exc) from None
 
-    def _transaction(self) -> contextlib.AbstractContextManager[None]:
-        return _nested(self.db)
+    def _error(self, exc: sqlite3.DatabaseError) -> FleetError:
+        """Its disk full (or failing) is waited out by the runs, as PostgreSQL away is."""
+        said = storage_failure(exc)
+        if said is not None and said[1]:
+            return StoreUnavailable(f"fleet database: {said[0]}", source=str(self.path))
+        return FleetError(f"fleet database: {exc}", source=str(self.path))
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        try:
+            with _nested(self.db):
+                yield
+        except sqlite3.DatabaseError as exc:  # its BEGIN or COMMIT
+            raise self._error(exc) from None
 
     @contextlib.contextmanager
     def lock(self, name: str) -> Iterator[bool]:
