@@ -203,3 +203,43 @@ def test_a_publication_that_failed_is_tried_again_without_another_change(tmp_pat
         reader.join(timeout=5)
     assert "Traceback" not in "".join(said), "".join(said)
     assert listed() == {"f1.txt"}
+
+
+def test_a_watcher_that_fails_stops_the_server_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault of ours in a publication (an error none of the expected kinds) ended the watcher
+    while the server went on serving lists that no longer followed DIR, until it was stopped.
+    The server stops with it, and the command ends with the error."""
+    from click.testing import CliRunner
+
+    import resourcesync.source.publish as publishing
+    from resourcesync.cli import main
+
+    real = publishing.publish
+    calls = []
+
+    def faulty(*args: object, **kwargs: object) -> PublishResult:
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("a fault of ours")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(publishing, "publish", faulty)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    argv = ["source", str(data), "--out", str(tmp_path / "out"), "--port", "0"]
+    argv += ["--base-url", "http://127.0.0.1:9/data/", "--quiet-time", "0.05"]
+    outcome: list[object] = []
+    runner = threading.Thread(target=lambda: outcome.append(CliRunner().invoke(main, argv)))
+    runner.start()
+    deadline = time.monotonic() + 20
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the watch is set up
+    (data / "b.txt").write_text("b")
+    runner.join(timeout=30)
+    assert not runner.is_alive(), "the server went on serving"
+    (result,) = outcome
+    assert isinstance(result.exception, RuntimeError), result.output  # type: ignore[attr-defined]

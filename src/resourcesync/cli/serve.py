@@ -252,6 +252,15 @@ def source(
         watcher = asyncio.create_task(
             republish_on_change(config, report, quiet=quiet_time, stop_event=stop)
         )
+
+        def ended(task: asyncio.Task[None]) -> None:
+            # The watcher never ends on its own: one that failed (a fault of ours) stops the
+            # server too, its error raised below, rather than serving lists that no longer
+            # follow DIR.
+            if not task.cancelled() and task.exception() is not None:
+                server.should_exit = True
+
+        watcher.add_done_callback(ended)
         try:
             await server.serve()
         finally:
