@@ -102,3 +102,21 @@ def test_a_followed_source_behind_a_token_is_subscribed(tmp_path: Path) -> None:
             change(sites, 1)
             _wait(lambda: _same(root / "guarded", site.files()), "the notified change")
         assert not any("follow-unavailable" in line for line in lines), "".join(lines)
+
+
+def test_subscriptions_that_cannot_go_on_say_so(tmp_path: Path) -> None:
+    """The thread that follows the Sources' notifications ended in silence on a failure of its
+    own (a traceback, and Sources no longer woken by their notifications, nothing said to the
+    operator). It says `notifications-stopped`, with why; the Sources still run at their times."""
+    from resourcesync.fleet.follow import Notifications
+
+    events: list[tuple[str, object]] = []
+    notes = Notifications(tmp_path / "no-fleet-here", None, on_event=lambda *e: events.append(e))
+    stop = threading.Event()
+    thread = threading.Thread(target=notes.run, args=(stop,))
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert notes.ready.is_set()
+    ((kind, why),) = events
+    assert kind == "notifications-stopped" and "no fleet here" in str(why), events

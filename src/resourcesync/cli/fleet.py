@@ -451,6 +451,7 @@ def _notifications(
             "no-channel",
             "follow-unavailable",
             "store-unavailable",
+            "notifications-stopped",
         ):
             shown = detail if isinstance(detail, str) else json.dumps(detail, default=str)
             click.echo(f"resourcesync: {kind}: {shown}", err=True)

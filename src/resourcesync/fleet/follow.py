@@ -59,6 +59,23 @@ class Notifications:
         self.ready = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
+        """Follow until `stop`. The store away is waited out (the subscriptions made again once
+        it is back); any other failure is said (`notifications-stopped`) — the Sources still
+        run at their times — never a thread that ends in silence."""
+        while not stop.is_set():
+            try:
+                self._run(stop)
+                return
+            except StoreUnavailable as exc:
+                self.report("store-unavailable", str(exc))
+                stop.wait(AWAY)
+            except Exception as exc:
+                self.report("notifications-stopped", f"{type(exc).__name__}: {exc}")
+                return
+            finally:
+                self.ready.set()
+
+    def _run(self, stop: threading.Event) -> None:
         store = open_store(self.root, self.db)
         inbox: Inbox = queue.Queue()
         callbacks = Callbacks(inbox, self.report)
