@@ -378,3 +378,46 @@ def test_a_worker_whose_root_is_not_the_clusters_writes_nothing(
 
 def _worker_argv(root: Path) -> list[str]:
     return [sys.executable, "-m", "resourcesync", "worker", "--root", str(root)]
+
+
+def test_a_cut_connection_is_opened_again_except_under_a_lock_its_thread_holds(
+    postgres: Postgres,
+) -> None:
+    """After a restart the store connects again for a thread that holds no lock (the embedded
+    runner's scheduler, while its pool threads sync under theirs), never for one that holds a
+    lock: that lock went with the session, and the sync under it must stop."""
+    import threading
+
+    from resourcesync.fleet.pgstore import PostgresStore
+    from resourcesync.fleet.registry import StoreUnavailable
+
+    store = PostgresStore(postgres.database())
+    taken, restarted, done = threading.Event(), threading.Event(), threading.Event()
+    under_lock: list[BaseException | None] = []
+
+    def syncing() -> None:
+        with store.lock("s000") as mine:
+            assert mine
+            taken.set()
+            restarted.wait(60)
+            try:
+                store.due(time.time(), 10)
+                under_lock.append(None)
+            except StoreUnavailable as exc:
+                under_lock.append(exc)
+            done.set()
+
+    thread = threading.Thread(target=syncing)
+    thread.start()
+    try:
+        assert taken.wait(30)
+        postgres.restart()
+        assert store.due(time.time(), 10) == []  # this thread holds no lock: connected again
+        restarted.set()
+        assert done.wait(30)
+    finally:
+        restarted.set()
+        thread.join(timeout=30)
+        store.close()
+    (failure,) = under_lock
+    assert isinstance(failure, StoreUnavailable) and "a lock with it" in str(failure), failure

@@ -4,15 +4,16 @@ cluster is a PostgreSQL advisory lock, held on its own connection for the length
 a worker that dies (even by kill -9) drops its connection and PostgreSQL releases the lock.
 
 A connection the server cut (a restart, a failover, an idle timeout) is opened again at the next
-use, between transactions and while no lock is held (a lock held on a cut connection is gone:
-the sync under it stops with `StoreUnavailable` and its task is tried again); a read that finds
-its connection cut is asked once more on a new one. A server that is still away raises
-`StoreUnavailable`, which the scheduler and the workers wait out.
+use, between transactions and while its thread holds no lock (a lock held on a cut connection
+is gone: the sync under it stops with `StoreUnavailable` and its task is tried again); a read
+that finds its connection cut is asked once more on a new one. A server that is still away
+raises `StoreUnavailable`, which the scheduler and the workers wait out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -46,7 +47,13 @@ class PostgresStore(SQLStore):
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
         self._depth = 0  # transactions open on the connection
-        self._locks = 0  # locks held, each on a connection of its own
+        # Locks held by each thread, each on a connection of its own (a worker syncs under its
+        # lock in the thread that took it; the embedded runner's pool threads hold theirs while
+        # its scheduler thread uses the connection).
+        self._held = threading.local()
+        #: Connections opened so far: a lock taken before the last one is taken for lost (the
+        #: server that cut one connection cut the lock's too, most likely).
+        self._generation = 0
         self.conn = self._connect()
         if not create and not self._execute("SELECT to_regclass('fleet_source')")[0][0]:
             self.conn.close()
@@ -78,6 +85,10 @@ class PostgresStore(SQLStore):
                 f"cannot connect: {_first(exc)}", source=_redact(self.url)
             ) from None
 
+    def _locks_here(self) -> int:
+        """Locks this thread holds: the connection is not opened again under one."""
+        return int(getattr(self._held, "n", 0))
+
     def _cut(self) -> bool:
         return bool(self.conn.closed or self.conn.broken)
 
@@ -87,16 +98,23 @@ class PostgresStore(SQLStore):
 
     def _usable(self) -> None:
         """A connection the server cut opened again, when nothing depends on the one cut."""
+        held = self._locks_here()
+        if held and getattr(self._held, "generation", self._generation) != self._generation:
+            # Connected again (by another thread) since this thread took its lock.
+            raise self._lost("a lock")
         if not self._cut():
             return
-        if self._depth or self._locks:
-            what = "a transaction" if self._depth else "a lock"
-            raise StoreUnavailable(
-                f"fleet database: the connection was lost, and {what} with it",
-                source=_redact(self.url),
-            )
+        if self._depth or held:
+            raise self._lost("a transaction" if self._depth else "a lock")
         self.conn.close()
         self.conn = self._connect()
+        self._generation += 1
+
+    def _lost(self, what: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"fleet database: the connection was lost, and {what} with it",
+            source=_redact(self.url),
+        )
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         self._usable()
@@ -151,11 +169,13 @@ class PostgresStore(SQLStore):
                     f"fleet database: {_first(exc)}", source=_redact(self.url)
                 ) from None
             held = bool(row and row[0])
-            self._locks += held
+            if held and not self._locks_here():
+                self._held.generation = self._generation
+            self._held.n = self._locks_here() + held
             try:
                 yield held
             finally:
-                self._locks -= held
+                self._held.n -= held
         finally:
             conn.close()  # ends the session: the lock goes with it
 
