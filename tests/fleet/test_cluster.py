@@ -192,8 +192,10 @@ def test_a_postgres_restart_work_resumes(tmp_path: Path, postgres: Postgres, bro
             assert run.returncode == 0, said.read_text()
             assert all(w.proc.poll() is None for w in running), "a worker stopped"
         said_text = said.read_text()
-        assert said_text.count("trying again until it is back") == 1, said_text
-        assert said_text.count("the fleet database is back") == 1, said_text
+        # Each outage said once, and its end once (a restart may be met too, if a pass falls
+        # in the moment the server is down).
+        outages = said_text.count("trying again until it is back")
+        assert outages >= 1 and said_text.count("the fleet database is back") == outages, said_text
         assert "Traceback" not in said_text + "".join(w.text() for w in running)
         status = _status(root, db)
         assert all(v["ok"] and v["mode"] == "incremental" for v in status.values()), status
