@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,7 +80,9 @@ def watching(cfg: PublishConfig, **kw: float) -> Iterator[list[PublishResult | E
     stop = asyncio.Event()
 
     def run() -> None:
-        watcher = republish_on_change(cfg, results.append, quiet=0.05, stop_event=stop, **kw)
+        # What the watcher hears of (the whole scan it makes first is looked at elsewhere).
+        options: dict[str, Any] = {"scan_first": False, **kw}
+        watcher = republish_on_change(cfg, results.append, quiet=0.05, stop_event=stop, **options)
         loop.run_until_complete(watcher)
 
     thread = threading.Thread(target=run)
@@ -189,6 +192,9 @@ def test_a_publication_that_failed_is_tried_again_without_another_change(tmp_pat
 
     try:
         wait(lambda: any("serving" in line for line in said), "the server")
+        # The watch is set up once it has published a change it heard of.
+        (data / "new.txt").write_text("new\n")
+        wait(lambda: any("1 created" in line for line in said), "the watcher")
         limit = resource.RLIM_INFINITY
         resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (1000, limit))  # the disk full
         (data / "f1.txt").write_text("changed\n")
@@ -202,7 +208,7 @@ def test_a_publication_that_failed_is_tried_again_without_another_change(tmp_pat
         proc.wait(timeout=30)
         reader.join(timeout=5)
     assert "Traceback" not in "".join(said), "".join(said)
-    assert listed() == {"f1.txt"}
+    assert listed() == {"new.txt", "f1.txt"}
 
 
 def test_a_watcher_that_fails_stops_the_server_too(
@@ -243,3 +249,22 @@ def test_a_watcher_that_fails_stops_the_server_too(
     assert not runner.is_alive(), "the server went on serving"
     (result,) = outcome
     assert isinstance(result.exception, RuntimeError), result.output  # type: ignore[attr-defined]
+
+
+def test_what_changed_before_the_watch_was_set_up_is_published_by_its_first_scan(
+    tmp_path: Path,
+) -> None:
+    """`source` publishes, then sets up its watch: a change between the two was heard by
+    nobody, and waited for the ten-minute whole scan (or for ever, for a Source that stops
+    changing). The watcher's first wake scans the whole tree, with no change to wake it."""
+    data = tmp_path / "data"
+    (data / "y").mkdir(parents=True)
+    (data / "y" / "f.txt").write_text("y")
+    cfg = config(tmp_path)
+    publish(cfg)
+    (data / "y" / "f.txt").write_text("y changed before the watch")
+    with watching(cfg, scan_first=True) as results:
+        wait_for_changes(tmp_path, 1)
+    assert not [r for r in results if isinstance(r, Exception)], results
+    h = check_history(tmp_path / "out", DOCS, "set1")
+    assert [(c.loc.removeprefix(BASE), c.change) for c in h.changes] == [("y/f.txt", "updated")]

@@ -1027,6 +1027,7 @@ async def republish_on_change(
     stop_event: _Event | None = None,
     full_every: float = 600.0,
     retry: float = 1.0,
+    scan_first: bool = True,
 ) -> None:
     """Publish `config` again whenever its sets' directories change, once the changes have
     paused for `quiet` seconds (a burst of writes is one publication; a steady stream is
@@ -1036,9 +1037,10 @@ async def republish_on_change(
     meanwhile are picked up by the next one. `report` gets each result, or the error of a
     publication that failed (the last good publication stays served).
 
-    A publication scans only the directories of the paths it heard of; one every `full_every`
-    seconds scans the whole tree (what a watch can miss: a change while it was not running,
-    an event queue that overflowed), changes or not.
+    A publication scans only the directories of the paths it heard of; the first, once the
+    watch is set up (`scan_first`), and one every `full_every` seconds scan the whole tree
+    (what a watch can miss: a change while it was not running or being set up, an event queue
+    that overflowed), changes or not.
 
     A publication that failed (OUTDIR or the state full or read-only, a set's directory
     unreadable) keeps the paths it was to publish and is tried again after `retry` seconds,
@@ -1055,7 +1057,9 @@ async def republish_on_change(
     step = max(int(quiet * 1000), 10)
     # The paths heard of and not yet published (kept across a publication that failed).
     pending: dict[str, set[str]] = {s.name: set() for s in config.sets}
-    last_full = time.monotonic()
+    # The first wake scans the whole tree: what changed between the publication before the
+    # watch and the watch being set up was heard by nobody.
+    last_full = time.monotonic() - (full_every if scan_first else 0.0)
     failures = 0
     retry_at: float | None = None  # when a publication that failed is tried again
     async for changes in awatch(
