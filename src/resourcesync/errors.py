@@ -54,6 +54,30 @@ class FetchError(ReadError):
     """An HTTP exchange failed after the retries allowed (so the input could not be read)."""
 
 
+class StateDamaged(ResourceSyncError):
+    """A state database that SQLite finds damaged (a page that is not what it wrote, a file
+    that is not a database): nothing more can be read from it or recorded in it. Waiting does
+    not mend it; what does depends on whose state it is (`sqlite.damage`)."""
+
+
+#: SQLite's primary result codes for a damaged database: SQLITE_CORRUPT, SQLITE_NOTADB.
+_DAMAGED_CODES = frozenset({11, 26})
+
+
+def damaged_database(exc: BaseException) -> bool:
+    """Whether `exc` is SQLite finding a database damaged (`database disk image is
+    malformed`, `file is not a database`), wherever in a run it surfaced: at the opening, or
+    at the first read of a page that is not what was written (a disk, a copy or a hand that
+    changed the file)."""
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return False
+    return code & 0xFF in _DAMAGED_CODES
+
+
 #: errno values that mean "no room to write" (no space, over quota, file too large).
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 

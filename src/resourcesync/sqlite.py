@@ -8,26 +8,60 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import ResourceSyncError, storage_failure
+from .errors import ResourceSyncError, StateDamaged, damaged_database, storage_failure
 
-__all__ = ["connect", "connect_read_only", "transaction"]
+__all__ = [
+    "connect",
+    "connect_read_only",
+    "damage",
+    "healthy",
+    "register",
+    "set_aside",
+    "transaction",
+]
+
+#: The state databases this process opened last, each with what mends it when SQLite finds it
+#: damaged (its owner's words: `sync --repair` for a copy's, a new baseline for a Source's).
+#: A database an error comes from is one in use: among the last opened. (Bounded: a fleet
+#: opens thousands over its life.)
+_OPENED: dict[str, str] = {}
+_KEPT = 16
+
+
+def register(path: Path | str, remedy: str) -> None:
+    """`path` is a state database of this process, mended by `remedy` when damaged."""
+    key = str(path)
+    _OPENED.pop(key, None)
+    _OPENED[key] = remedy
+    while len(_OPENED) > _KEPT:
+        del _OPENED[next(iter(_OPENED))]
 
 
 def connect(
-    path: Path, schema: str, *, error: type[ResourceSyncError] = ResourceSyncError
+    path: Path,
+    schema: str,
+    *,
+    error: type[ResourceSyncError] = ResourceSyncError,
+    remedy: str = "",
 ) -> sqlite3.Connection:
     """Open (creating it and its folder when missing) a state database in autocommit mode,
-    WAL journal, with `schema` applied. A file that is not a database is an `error`."""
+    WAL journal, with `schema` applied. A file that is not a database is `StateDamaged`
+    (`remedy` says what mends it), a disk that refuses it an `error`."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    register(path, remedy)
     try:
         db = sqlite3.connect(path, timeout=30, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(schema)
     except sqlite3.DatabaseError as exc:
+        found = damage(exc, path)
+        if found is not None:
+            raise found from None
         # Its disk full or read-only: said as every command says it (the hint to free space).
         said = storage_failure(exc)
         why = said[0] if said is not None else f"cannot open the state database: {exc}"
@@ -35,8 +69,70 @@ def connect(
     return db
 
 
+def damage(exc: BaseException, path: Path | str | None = None) -> StateDamaged | None:
+    """`exc` as the one line that names the damaged state database and what mends it; None
+    when `exc` is not SQLite finding a database damaged. Without `path`, the database is
+    found among those this process opened (each checked when there are several: SQLite's
+    error does not name its file)."""
+    if not damaged_database(exc):
+        return None
+    if path is not None:
+        found = [str(path)]
+    else:
+        opened = list(_OPENED)
+        found = [p for p in opened if not healthy(p)] if len(opened) > 1 else opened
+        found = found or opened
+    if len(found) == 1:
+        remedy = _OPENED.get(found[0], "")
+        tail = f": {remedy}" if remedy else ""
+        return StateDamaged(f"the state database is damaged ({exc}){tail}", source=found[0])
+    where = f": one of {', '.join(found)}" if found else ""
+    return StateDamaged(f"a state database is damaged ({exc}){where}")
+
+
+def healthy(path: Path | str) -> bool:
+    """Whether SQLite reads the whole of the database at `path` as sound (`PRAGMA
+    quick_check`: every page and record, in time linear in its size; not the indexes' match
+    with their tables). A missing file is not damaged."""
+    if not os.path.exists(path):
+        return True
+    try:
+        db = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, timeout=30)
+    except sqlite3.DatabaseError as exc:
+        return not damaged_database(exc)
+    try:
+        rows = db.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.DatabaseError as exc:
+        return not damaged_database(exc)
+    finally:
+        db.close()
+    return rows == [("ok",)]
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged state database (and its WAL files) out of the way, beside it, under a
+    name that says so and when: kept for whoever wants to look into it, never read again.
+    Returns its new name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    for suffix in ("-wal", "-shm"):
+        extra = path.with_name(path.name + suffix)
+        if extra.exists():
+            os.replace(extra, aside.with_name(aside.name + suffix))
+    os.replace(path, aside)
+    return aside
+
+
 def connect_read_only(
-    path: Path, *, error: type[ResourceSyncError] = ResourceSyncError, temp: bool = False
+    path: Path,
+    *,
+    error: type[ResourceSyncError] = ResourceSyncError,
+    temp: bool = False,
+    remedy: str = "",
 ) -> sqlite3.Connection:
     """Open a state database to read (`audit`, `ls`, a dry run): never created nor migrated.
     Where its folder can be written it is opened as it is and refuses writes (`query_only`;
@@ -46,6 +142,7 @@ def connect_read_only(
     SQLite cannot make a WAL database's shared-memory file there."""
     uri = path.absolute().as_uri()
     writable = os.access(path.parent, os.W_OK)
+    register(path, remedy)
     modes = ["mode=rw"] if writable else ["mode=ro", "mode=ro&immutable=1"]
     why: sqlite3.DatabaseError | None = None
     for mode in modes:
@@ -61,6 +158,9 @@ def connect_read_only(
             why = exc
             continue
         return db
+    found = damage(why, path) if why is not None else None
+    if found is not None:
+        raise found
     raise error(f"cannot open the state database: {why}", source=str(path))
 
 

@@ -356,3 +356,47 @@ def test_a_full_dest_is_waited_out_not_the_end_of_the_follower(tmp_path: Path) -
         audit = subprocess.run([*command, dest], capture_output=True, text=True)
         assert audit.returncode == 0, audit.stdout + audit.stderr
     assert (dest / "r3.txt").read_text() == "three\n"
+
+
+def test_a_damaged_state_stops_the_follower_with_one_line(tmp_path: Path) -> None:
+    """The copy's state found damaged while following (the file replaced by one that is not a
+    database between two catch-ups): the follower's thread ended on a traceback. What mends it
+    (`sync --repair`) needs the copy the follower holds, and no wait mends it: the follower
+    stops with the line `sync` says (the file, "is damaged", `--repair`), and the repair then
+    makes the copy whole."""
+    import pytest
+
+    from resourcesync.destination.subscribe import FollowOptions, follow
+    from resourcesync.destination.sync import SyncOptions, audit, sync
+    from resourcesync.errors import StateDamaged
+
+    dest = tmp_path / "copy"
+    state = dest / ".resourcesync" / "state.sqlite"
+    caught_up = 0
+
+    def on_event(kind: str, detail: Any) -> None:
+        nonlocal caught_up
+        if kind == "caught-up":
+            caught_up += 1
+            if caught_up == 1:
+                garbage = state.with_name("garbage")
+                garbage.write_bytes(b"not a database " * 500)
+                os.replace(garbage, state)
+
+    with _source(tmp_path) as (root, base):
+        _without_channel(root)
+        source = f"{base}/capabilitylist.xml"
+        with pytest.raises(StateDamaged) as stopped:
+            follow(
+                source,
+                dest,
+                SyncOptions(),
+                FollowOptions(poll_interval=0.05, duration=60),
+                on_event=on_event,
+            )
+        line = str(stopped.value)
+        assert str(state) in line and "is damaged" in line and "--repair" in line, line
+        assert caught_up == 1
+        assert sync(source, dest, SyncOptions(repair=True)).ok
+        assert audit(source, dest).ok
+    assert (dest / "r2.txt").read_text() == "two\n"

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..errors import ResourceSyncError, storage_failure
+from ..errors import ResourceSyncError, damaged_database, storage_failure
 from ..w3cdt import format_w3c
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -176,6 +176,13 @@ def handle_errors(func: F) -> F:
                 sys.stderr.close()
                 sys.exit(0)
             except Exception as exc:
+                # A state database SQLite finds damaged, wherever in the run: one line naming
+                # it and what mends it (a traceback before, at the first page read that was
+                # not what was written).
+                if damaged_database(exc):
+                    from ..sqlite import damage  # sqlite3 is loaded: it raised
+
+                    fail(str(damage(exc)))
                 # A file system or a state database that refuses a write (full, read-only,
                 # permission denied, a file in the way): one line naming the path; every write
                 # is atomic, so nothing is half-written and the next run completes (issue

@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -387,8 +388,9 @@ class Planner:
                 tell_warnings(visit.reader, report)
                 continue
             # What the Source lists is remembered to find what it no longer lists (`extras`);
-            # a first baseline holds nothing it could have stopped listing.
-            track = not self._empty
+            # a first baseline holds nothing it could have stopped listing — but for what a
+            # repair takes into the state as it plans (`_adopt`).
+            track = not self._empty or self.run.options.repair
             for _, res in visit.entries():
                 if track:
                     seen.append(res.loc)
@@ -398,7 +400,7 @@ class Planner:
                 read += 1
                 if read % _BATCH == 0 and self.run.progress:
                     self.run.progress("read", read, 0, 0)
-                self.fetch_unless_held(res, plan, report)
+                self.fetch_unless_held(res, plan, report, key)
             tell_warnings(visit.reader, report)
         plan.seen(seen)
         if skipped:
@@ -414,7 +416,7 @@ class Planner:
                 self.find_strays(plan)
         return at
 
-    def fetch_unless_held(self, res: Resource, plan: Plan, report: SetReport) -> None:
+    def fetch_unless_held(self, res: Resource, plan: Plan, report: SetReport, key: str) -> None:
         uri = res.loc
         if not self.taken(uri):
             report.excluded += 1
@@ -444,7 +446,41 @@ class Planner:
             if not self.run.options.dry_run:
                 keep_links(self.run.state, known, res)
             return
+        if known is None and self.run.options.repair and self._adopt(uri, res, key, report):
+            return
         plan.add(uri, "fetch", res, held=known is not None)
+
+    def _adopt(self, uri: str, res: Resource, key: str, report: SetReport) -> bool:
+        """`--repair`: a file in place that the copy does not hold (its state was lost, set
+        aside as damaged, or the files came by other means) whose digest — and length, when
+        listed — are the Source's is the resource: taken into the state as it is, not
+        fetched again. Without a digest in the list nothing tells, and it is fetched."""
+        opts = self.run.options
+        listed = checkable(res.hashes)
+        if not opts.checksum or not listed:
+            return False
+        mirror = self.run.mirror
+        try:
+            path = mirror.location(uri)
+            st = os.stat(path)
+        except (UnsafePath, OSError):
+            return False
+        if not stat.S_ISREG(st.st_mode) or (res.length is not None and st.st_size != res.length):
+            return False
+        algo = next(iter(listed))
+        got = mirror.local_digests(uri, ["md5", algo])
+        if got is None or got[1].get(algo) != listed[algo]:
+            return False
+        report.unchanged += 1
+        if opts.dry_run:
+            return True
+        if mirror.times and not mirror.same_time(st, res.lastmod):
+            mirror.keep_time(path, res.lastmod, st)
+        length, hashes = got
+        self.run.state.record(
+            uri, mirror.relpath(uri), length, hashes, res.lastmod, None, None, key, res.links
+        )
+        return True
 
     def claim(
         self,

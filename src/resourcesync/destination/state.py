@@ -274,10 +274,17 @@ class CopyState(Protocol):
     def drop(self, key: str) -> None: ...
 
 
+#: What mends a copy's damaged state (said with the error).
+REPAIR = (
+    "run `resourcesync sync SOURCE DEST --repair` on this copy: it sets the state aside and "
+    "makes it again from the files and the Source"
+)
+
+
 class DestinationState:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.db = connect(path, _SCHEMA, error=StateError)
+        self.db = connect(path, _SCHEMA, error=StateError, remedy=REPAIR)
         self.db.create_function("path_key", 1, path_key, deterministic=True)
         self._migrate()
 
@@ -288,7 +295,7 @@ class DestinationState:
         cannot be written (a read-only mount, a snapshot) can be read."""
         self = cls.__new__(cls)
         self.path = path
-        self.db = connect_read_only(path, error=StateError, temp=planning)
+        self.db = connect_read_only(path, error=StateError, temp=planning, remedy=REPAIR)
         self.db.create_function("path_key", 1, path_key, deterministic=True)
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(resources)")}
         if not {"path_key", "links"} <= columns:

@@ -46,10 +46,11 @@ from typing import Any
 
 import httpx
 
-from ..errors import FULL_ERRNOS, ResourceSyncError, storage_failure
+from ..errors import FULL_ERRNOS, ResourceSyncError, StateDamaged, storage_failure
 from ..http import HttpOptions, RetryPolicy, make_client
 from ..model import Capability, Resource
 from ..sitemap import open_document
+from ..sqlite import damage
 from .discover import SetInfo, SourceInfo, discover
 from .options import scoped
 from .plan import InOrder
@@ -130,6 +131,17 @@ class _Applier:
 _OUTAGE = (ResourceSyncError, OSError, httpx.HTTPError)
 #: errnos of DEST's own storage refusing a write: full, read-only, not permitted, failing.
 _STORAGE_ERRNOS = FULL_ERRNOS | {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+
+
+def _stop_if_damaged(exc: BaseException) -> None:
+    """The copy's state found damaged: what mends it (`sync --repair`) needs the copy, which
+    a follower holds while it runs (its lock), and no wait mends it: the follower stops with
+    the one line `sync` says."""
+    if isinstance(exc, StateDamaged):
+        raise exc
+    damaged = damage(exc)
+    if damaged is not None:
+        raise damaged from None
 
 
 def _storage(exc: BaseException, dest: Path) -> str | None:
@@ -216,12 +228,13 @@ class _Follower:
         self.last_caught_up = now
         try:
             result = sync(self.source, self.dest, self.options)
-        except (*_OUTAGE, sqlite3.OperationalError) as exc:
+        except (*_OUTAGE, sqlite3.DatabaseError) as exc:
+            _stop_if_damaged(exc)
             if (said := _storage(exc, self.dest)) is not None:
                 self.last_synced = now
                 self.unwritable(said)
                 return False
-            if isinstance(exc, sqlite3.OperationalError):
+            if isinstance(exc, sqlite3.DatabaseError):
                 raise
             self.source_failures += 1
             delay = self.backoff.delay(self.source_failures)
@@ -333,12 +346,13 @@ class _Follower:
             order.see(e)
         try:
             set_report = self.applier.apply(ch.set, entries)
-        except (*_OUTAGE, sqlite3.OperationalError) as exc:
+        except (*_OUTAGE, sqlite3.DatabaseError) as exc:
+            _stop_if_damaged(exc)
             if (said := _storage(exc, self.dest)) is not None:
                 ch.covered = None  # the Change List has these changes: a catch-up gets them
                 self.unwritable(said)
                 return
-            if isinstance(exc, sqlite3.OperationalError):
+            if isinstance(exc, sqlite3.DatabaseError):
                 raise
             # Not applied (no baseline for the set yet, the Source gone mid-way): the Change
             # List has these changes; a catch-up gets them.

@@ -31,6 +31,7 @@ from ..errors import ReadError, ResourceSyncError
 from ..http import Bandwidth, make_client
 from ..http.transfer import run_loop
 from ..model import Resource
+from ..sqlite import healthy, set_aside
 from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
 from .discover import SetInfo, SourceInfo, discover
@@ -100,6 +101,22 @@ class _Syncer:
             # (a state kept elsewhere is only read by a dry run, never written).
             self._scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
             state_path = Path(self._scratch) / STATE_FILE
+        #: Said by the first set's report: the state this repair found damaged, set aside.
+        self._set_aside: str | None = None
+        if (
+            options.repair
+            and not options.dry_run
+            and options.state is None
+            and not healthy(state_path)
+        ):
+            # What `sync` says to do when SQLite finds the copy's state damaged: a repair
+            # checks every file against the Source and finds the ones it does not list, which
+            # is what makes a state again. The damaged one is kept beside it, never read.
+            aside = set_aside(state_path)
+            self._set_aside = (
+                f"warning: the state database was damaged: set aside as {aside.name}, and made "
+                "again from the files and the Source"
+            )
         opening: Callable[[Path], CopyState] = options.state or DestinationState
         if read_only and options.state is None and self._scratch is None:
             # The state of a copy that cannot be written, read only (a dry run writes nothing
@@ -141,6 +158,9 @@ class _Syncer:
 
     def run_set(self, s: SetInfo) -> SetReport:
         report = SetReport(name=s.name)
+        if self._set_aside is not None:
+            report.problem(str(self.mirror.state_dir / STATE_FILE), self._set_aside)
+            self._set_aside = None
         key = self.set_key(s)
         state = self.state
         if self.options.baseline and not self.options.dry_run:

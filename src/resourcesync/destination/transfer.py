@@ -537,6 +537,9 @@ class Transfer:
         if delete and (opts.max_delete is not None or not opts.allow_empty):
             held = sum(1 for uri, _ in plan.rows("delete") if state.known(uri) is not None)
             planned = held + sum(1 for _ in plan.strays())
+            if opts.repair:
+                # A repair removes the files of the deletions it never held, as strays.
+                planned += sum(1 for uri, _ in plan.rows("delete") if self._stray_at(uri))
             if opts.max_delete is not None and planned > opts.max_delete:
                 delete = False
                 report.incomplete = (
@@ -559,6 +562,15 @@ class Transfer:
                     "--allow-empty to delete them)"
                 )
         for uri, res in plan.rows("delete"):
+            if opts.repair and self._stray_at(uri):
+                # A file at the place of a resource the Source deleted, which this copy does
+                # not hold (its state lost, or the file put there by hand): a stray for a
+                # repair, which removes it with --delete (`audit` calls it extra and names
+                # this command to repair it; it was kept as "never held" before).
+                self._remove_stray(self.run.mirror.location(uri), report, delete)
+                if not opts.dry_run:
+                    state.forget(uri)
+                continue
             if not delete:
                 if state.known(uri) is None:
                     # Never held here (deleted at the Source before this copy saw it): there
@@ -617,26 +629,39 @@ class Transfer:
     def _remove_strays(self, plan: Plan, report: SetReport, delete: bool) -> None:
         """`--repair`: the files of DEST no URI of the Source maps to and the copy does not
         hold are removed with --delete (backed up with --backup-dir), else reported."""
-        mirror = self.run.mirror
         for path in plan.strays():
-            if not delete:
-                report.strays += 1
-                report.problem(
-                    f"file {path}", "not from the Source (kept; --repair --delete removes it)"
-                )
-                continue
-            try:
-                removed = mirror.remove_stray(path)
-            except ResourceSyncError as exc:
-                report.failed += 1
-                report.problem(f"file {path}", exc.message)
-                continue
-            if removed:
-                report.deleted += 1
-                if self.run.options.dry_run:
-                    report.list_would("deleted", f"file {path}")
-                if self.run.options.on_action is not None:
-                    self.run.options.on_action(Action("deleted", f"file {path}"))
+            self._remove_stray(path, report, delete)
+
+    def _remove_stray(self, path: str, report: SetReport, delete: bool) -> None:
+        if not delete:
+            report.strays += 1
+            report.problem(
+                f"file {path}", "not from the Source (kept; --repair --delete removes it)"
+            )
+            return
+        try:
+            removed = self.run.mirror.remove_stray(path)
+        except ResourceSyncError as exc:
+            report.failed += 1
+            report.problem(f"file {path}", exc.message)
+            return
+        if removed:
+            report.deleted += 1
+            if self.run.options.dry_run:
+                report.list_would("deleted", f"file {path}")
+            if self.run.options.on_action is not None:
+                self.run.options.on_action(Action("deleted", f"file {path}"))
+
+    def _stray_at(self, uri: str) -> bool:
+        """Whether a deletion of `uri` finds a file at its place that the copy does not hold
+        (a repair takes it for a stray)."""
+        if self.run.state.known(uri) is not None:
+            return False
+        try:
+            path = self.run.mirror.location(uri)
+        except UnsafePath:
+            return False
+        return os.path.isfile(path)
 
     def _not_ours(self, uri: str) -> tuple[str | None, bool]:
         """Why the file at `uri`'s path must not be deleted (None when it may be), and

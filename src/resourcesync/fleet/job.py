@@ -16,6 +16,7 @@ from ..destination.state import CopyState
 from ..destination.sync import SyncOptions, SyncReport, sync
 from ..errors import ResourceSyncError, storage_failure
 from ..http import HttpOptions, RetryPolicy
+from ..sqlite import damage
 from .registry import Entry
 from .store import FleetStore, Outcome
 
@@ -119,7 +120,10 @@ def sync_source(
         return Outcome(started, time.monotonic() - t0, False, "", str(exc))
     except Exception as exc:
         # The copy's disk or its state database, not the Source: still one Source's failure,
-        # not the fleet's, said as `sync` says it (the file, and why).
+        # not the fleet's, said as `sync` says it (the file, and why; or that it is damaged).
+        damaged = damage(exc)
+        if damaged is not None:
+            return Outcome(started, time.monotonic() - t0, False, "", str(damaged))
         said = storage_failure(exc, dest)
         if said is None:
             raise

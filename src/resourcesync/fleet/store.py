@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import sqlite as sqlite_habits
-from ..errors import storage_failure
+from ..errors import StateDamaged, storage_failure
 from .copystate import COPY_ADDED, COPY_SCHEMA, COPY_TABLES, StoreCopyState
 from .registry import Entry, FleetError, StoreUnavailable
 
@@ -397,6 +397,13 @@ class SQLStore:
         return not rows or int(rows[0][0]) >= ticket
 
 
+#: What mends a damaged fleet database (said with the error).
+_RESTORE = (
+    "restore it from a backup, or set it aside (rename it) and add the Sources again: each "
+    "copy's next sync is then a baseline"
+)
+
+
 class SQLiteStore(SQLStore):
     """The embedded store: one SQLite file; the per-Source lock is an flock on a file beside it
     (so two `fleet run` on one root never sync one Source at once)."""
@@ -407,7 +414,9 @@ class SQLiteStore(SQLStore):
             raise FleetError(_NO_FLEET, source=str(path.parent.parent))
         # The registry holds the Sources' request headers (credentials): for its owner only.
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.db = sqlite_habits.connect(path, SCHEMA + COPY_SCHEMA, error=FleetError)
+        self.db = sqlite_habits.connect(
+            path, SCHEMA + COPY_SCHEMA, error=FleetError, remedy=_RESTORE
+        )
         self.locks = path.parent / "locks"
         have = {r[1] for r in self._execute("PRAGMA table_info(fleet_source)")}
         for column, kind in ADDED:
@@ -429,8 +438,12 @@ class SQLiteStore(SQLStore):
         except sqlite3.DatabaseError as exc:
             raise self._error(exc) from None
 
-    def _error(self, exc: sqlite3.DatabaseError) -> FleetError:
-        """Its disk full (or failing) is waited out by the runs, as PostgreSQL away is."""
+    def _error(self, exc: sqlite3.DatabaseError) -> FleetError | StateDamaged:
+        """Its disk full (or failing) is waited out by the runs, as PostgreSQL away is; a
+        damaged file is said as such, and stops them (waiting does not mend it)."""
+        damaged = sqlite_habits.damage(exc, self.path)
+        if damaged is not None:
+            return damaged
         said = storage_failure(exc)
         if said is not None and said[1]:
             return StoreUnavailable(f"fleet database: {said[0]}", source=str(self.path))

@@ -34,9 +34,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..sqlite import damage, register
+
 __all__ = ["Delivery", "Store", "Subscription"]
 
 log = logging.getLogger("resourcesync.hub")
+
+#: What mends a damaged hub database (said with the error).
+_AFRESH = (
+    "set it aside (rename it) and start the hub again: it starts with no subscription, and "
+    "each subscriber is notified again once it renews its own (at the latest when its lease "
+    "ends)"
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS subscriptions (
@@ -145,11 +154,19 @@ class Store:
         self.max_topic_notifications = max_topic_notifications
         self.max_topic_bytes = max_topic_bytes
         self._bodies = _Bodies(memory_budget)
+        register(self.path, _AFRESH)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            found = damage(exc, self.path)
+            if found is not None:
+                raise found from None
+            raise
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(subscriptions)")}
         if "dropped" not in columns:  # a file from an earlier version
             self._db.execute(

@@ -54,6 +54,7 @@ from ..http import HttpOptions, RetryPolicy, make_async_client, not_whole
 from ..http.reach import Reach
 from ..model import Capability, Change, Document, Link, Resource
 from ..sitemap import write_document
+from ..sqlite import damage, register
 from ..units import ascii_int
 from ..w3cdt import format_w3c, parse_http_date
 from .codec import LirsWarning, LirsWriter, Record, detect_encoding, is_lirs_url, open_lirs
@@ -456,6 +457,12 @@ class RoundSummary:
         )
 
 
+#: What mends a damaged antenna state (said with the error).
+_AFRESH = (
+    "set it aside (rename it) and run again: every site is checked afresh, and its times "
+    "taken as they are found"
+)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sites (
     key TEXT PRIMARY KEY,
@@ -525,11 +532,15 @@ class Antenna:
                 f"cannot create: {exc.strerror or exc}", source=str(self.out)
             ) from None
         state = Path(config.state) if config.state else self.out / "antenna.sqlite"
+        register(state, _AFRESH)
         try:
             self.db = sqlite3.connect(state, isolation_level=None)
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
+            found = damage(exc, state)
+            if found is not None:
+                raise found from None
             raise ReadError(f"not an antenna state database: {exc}", source=str(state)) from None
         self._warn = on_warning or (lambda w: None)
         self._clock = clock

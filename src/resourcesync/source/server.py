@@ -1050,6 +1050,7 @@ async def republish_on_change(
     from watchfiles import DefaultFilter, awatch
 
     from ..errors import ResourceSyncError, storage_failure
+    from ..sqlite import damage
     from .publish import publish
 
     dirs = [s.dir for s in config.sets]
@@ -1086,6 +1087,9 @@ async def republish_on_change(
                 functools.partial(publish, config, changed=None if full else changed)
             )
         except Exception as exc:
+            # A state SQLite finds damaged is said as such (what mends it) and tried again:
+            # the last good publication stays served while someone sets it aside.
+            exc = damage(exc) or exc
             said = storage_failure(exc, config.state)
             if not isinstance(exc, ResourceSyncError | OSError) and said is None:
                 raise

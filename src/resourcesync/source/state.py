@@ -162,6 +162,14 @@ class ArchiveRow:
     extra: str | None
 
 
+#: What mends a Source's damaged state (said with the error): its history cannot be read
+#: back, so it starts again, and says so to its Destinations as a gap.
+RESTART = (
+    "set it aside (rename it) and publish again: a new Resource List, and Change Lists from "
+    "then on (a Destination that synced before finds the gap and runs its baseline)"
+)
+
+
 class SetState:
     """The SQLite state of one resource set."""
 
@@ -169,7 +177,7 @@ class SetState:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.db = connect(self.path, _SCHEMA, error=StateError)
+        self.db = connect(self.path, _SCHEMA, error=StateError, remedy=RESTART)
         self.listings = Listings(self.db)
         version = self.get("schema")
         if version is None:
