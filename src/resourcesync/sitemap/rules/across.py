@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ...w3cdt import format_w3c
-from .document import Series
+from .entries import Series
 from .findings import ERROR, Finding
 
 __all__ = ["DocInfo", "Listed", "check_across"]
