@@ -23,7 +23,7 @@ from resourcesync.errors import StateDamaged
 from resourcesync.hub.store import Store
 from resourcesync.lirs.antenna import Antenna, AntennaConfig
 from resourcesync.sqlite import damage, healthy, register
-from tests.destination.helpers import STATE, cli, published_source, tree
+from tests.destination.helpers import STATE, cli, entry, hand_source, published_source, tree
 from tests.test_full_disk import _one_line as one_line
 
 FILES = {f"d/f{i:02}.txt": f"file {i}\n".encode() for i in range(30)}
@@ -204,3 +204,21 @@ def test_the_damaged_one_is_found_among_those_opened(
     assert found.message.endswith(": remedy 1")
     assert damage(sqlite3.OperationalError("database is locked")) is None
     assert damage(ValueError("malformed")) is None
+
+
+def test_a_repair_does_not_take_another_uris_file_for_a_stray(tmp_path: Path) -> None:
+    """A deletion of a URI the copy never held, at a place another URI holds (`dir/` kept
+    over `dir/index.html`): the file is that URI's, not a stray, whatever a repair is told."""
+    dest = tmp_path / "copy"
+    page = b"<p>the directory</p>"
+    with hand_source() as src:
+        b = src.base
+        src.files["/dir/"] = page
+        src.publish([entry(b, "/dir/", page)])
+        assert cli("sync", src.base + "/", dest).exit_code == 0
+        assert tree(dest) == {"dir/index.html": page}
+        gone = entry(b, "/dir/index.html", b"x", change="deleted", datetime="2024-01-02T00:00:00Z")
+        src.publish([entry(b, "/dir/", page)], changes=[gone])
+        cli("sync", src.base + "/", dest, "--repair", "--delete")
+        assert tree(dest) == {"dir/index.html": page}
+        assert cli("audit", src.base + "/", dest).exit_code == 0

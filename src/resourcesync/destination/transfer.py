@@ -27,7 +27,7 @@ from .mirror import IntegrityError, Located, UnsafePath
 from .options import Run
 from .plan import Plan, same
 from .report import Action, SetReport
-from .state import expected_of, keep_links
+from .state import expected_of, keep_links, path_key
 
 __all__ = ["Transfer"]
 
@@ -653,15 +653,17 @@ class Transfer:
                 self.run.options.on_action(Action("deleted", f"file {path}"))
 
     def _stray_at(self, uri: str) -> bool:
-        """Whether a deletion of `uri` finds a file at its place that the copy does not hold
-        (a repair takes it for a stray)."""
-        if self.run.state.known(uri) is not None:
+        """Whether a deletion of `uri` finds a file at its place that the copy does not hold,
+        for this URI or any other (a repair takes it for a stray; a file another URI holds —
+        `dir/` kept over `dir/index.html` — is that one's)."""
+        state, mirror = self.run.state, self.run.mirror
+        if state.known(uri) is not None:
             return False
         try:
-            path = self.run.mirror.location(uri)
+            path = mirror.location(uri)
         except UnsafePath:
             return False
-        return os.path.isfile(path)
+        return os.path.isfile(path) and state.owner(path_key(mirror.stored(path))) is None
 
     def _not_ours(self, uri: str) -> tuple[str | None, bool]:
         """Why the file at `uri`'s path must not be deleted (None when it may be), and
