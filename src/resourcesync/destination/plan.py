@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import ReadError, ResourceSyncError
 from ..hashing import ALGORITHMS, checkable
@@ -29,6 +30,7 @@ from ..w3cdt import format_w3c, parse_w3c, seconds_before
 from .discover import SetInfo
 from .mirror import UnsafePath
 from .options import Run
+from .paths import Unmapped
 from .report import SetReport
 from .state import Cursor, Known, hashes_column, hashes_of, keep_links, links_column, path_key
 
@@ -330,6 +332,11 @@ class Planner:
         #: The copy's state held nothing when this baseline began (a first baseline): nothing
         #: is looked up per URI, and the disk is looked at only by the writes.
         self._empty = False
+        #: Files held for a former address of the Source, taken by its new URIs this run
+        #: (`_former_address`): how many, from which origins, and the ones put off.
+        self.moved = 0
+        self._moved_from: set[str] = set()
+        self._changed_at_move: list[tuple[str, str, Resource, str]] = []
 
     def taken(self, uri: str) -> bool:
         """Whether `--include`/`--exclude` take `uri` (by where it lands under DEST); a URI
@@ -403,6 +410,15 @@ class Planner:
                 self.fetch_unless_held(res, plan, report, key)
             tell_warnings(visit.reader, report)
         plan.seen(seen)
+        self._moved_on(plan, report)
+        if self.moved:
+            report.problem(
+                url,
+                f"warning: {self.moved:,} files held for URIs no mapping of this run covers are "
+                "this Source's now, under the URIs it lists for them (a Source that moved: "
+                "http to https, a new host name)",
+            )
+            self.moved = 0
         if skipped:
             # What the unread parts list is unknown: deleting "unlisted" resources could
             # delete what the Source still lists (issue 17.11, 17.12).
@@ -434,6 +450,8 @@ class Planner:
             report.refuse(uri, exc)
             plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
             return
+        if not self._empty and self._former_address(uri, path, res, key):
+            return  # decided once the whole list is read (`_moved_on`)
         if not self.claim(uri, plan, report, path):
             return
         known = None if self._empty else self.run.state.known(uri)
@@ -449,6 +467,60 @@ class Planner:
         if known is None and self.run.options.repair and self._adopt(uri, res, key, report):
             return
         plan.add(uri, "fetch", res, held=known is not None)
+
+    def _former_address(self, uri: str, path: str, res: Resource, key: str) -> bool:
+        """A Source that moved (http to https, a new host name) lists its resources under new
+        URIs, each at the place the copy holds it for its old URI, which no mapping of this
+        run covers: the new URI was refused ("maps to the same local file as …") and the
+        copy kept holding the old one — its later changes and deletion then missed, and said
+        ok. Where the copy holds what the Source lists there now (a digest both give, equal,
+        and the length), the record goes over to the new URI: nothing fetched, and what
+        happens to it next is applied. A repair takes the place whatever is held there (the
+        digest then decides: taken as it is, or fetched). A file whose content changed at the
+        move is the new URI's too when the run took others from the same former address
+        (True: put off until the whole list is read, `_moved_on`). Anything else stays
+        refused: the file of another Source sharing DEST."""
+        state, mirror, opts = self.run.state, self.run.mirror, self.run.options
+        other = state.owner(path_key(mirror.stored(path)))
+        if other is None or other == uri or opts.dry_run or state.known(uri) is not None:
+            return False
+        try:
+            mirror.relpath(other)
+            return False  # covered by this run: the Source's own (two URIs, one file: refused)
+        except UnsafePath:
+            pass
+        held = state.known(other)
+        if held is None:
+            return False
+        listed = {a: v for a, v in checkable(res.hashes).items() if a in held.hashes}
+        same_file = (
+            bool(listed)
+            and all(held.hashes[a] == v for a, v in listed.items())
+            and (res.length is None or held.length is None or res.length == held.length)
+        )
+        if same_file:
+            state.rekey(other, uri, key)
+            self._moved_from.add(_origin(other))
+            self.moved += 1
+        elif opts.repair:
+            state.forget(other)
+            self.moved += 1
+        else:
+            self._changed_at_move.append((uri, path, res, other))
+            return True
+        return False
+
+    def _moved_on(self, plan: Plan, report: SetReport) -> None:
+        """The files whose content changed when the Source moved: the new URI's (fetched)
+        when the run took others from the same former address, else refused as before."""
+        for uri, path, res, other in self._changed_at_move:
+            if _origin(other) in self._moved_from:
+                self.run.state.forget(other)
+                self.moved += 1
+            if self.claim(uri, plan, report, path):
+                plan.add(uri, "fetch", res, held=False)
+        self._changed_at_move.clear()
+        self._moved_from.clear()
 
     def _adopt(self, uri: str, res: Resource, key: str, report: SetReport) -> bool:
         """`--repair`: a file in place that the copy does not hold (its state was lost, set
@@ -725,6 +797,18 @@ class Planner:
             except UnsafePath as exc:
                 if late:
                     continue  # refused when it was listed after the cursor
+                if (
+                    isinstance(exc, Unmapped)
+                    and res.change == "deleted"
+                    and self.run.state.known(res.loc) is None
+                ):
+                    # On another host, and nothing of the copy's to delete (a Source that moved
+                    # deletes its old URIs, whose files its new ones took over): the cursor
+                    # moves past it. (A URI that could not be mapped safely is still said.)
+                    plan.add(res.loc, "gone", res)
+                    if t is not None and t >= last.datetime:
+                        last = Cursor(t, res.loc)
+                    continue
                 report.refuse(res.loc, exc)
                 # Remembered while the Source lists it; forgotten once the Source deletes it.
                 # Either way the change is dealt with: the cursor moves past it.
@@ -1030,3 +1114,9 @@ def _duration(seconds: float) -> str:
     if seconds < 172800:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.0f} days"
+
+
+def _origin(uri: str) -> str:
+    """A URI's scheme and authority (where a Source was)."""
+    parts = urlsplit(uri)
+    return f"{parts.scheme}://{parts.netloc}".lower()

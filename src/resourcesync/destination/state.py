@@ -247,6 +247,8 @@ class CopyState(Protocol):
     ) -> None: ...
     def record_many(self, rows: list[tuple[Any, ...]]) -> None: ...
     def set_links(self, uri: str, links: Sequence[Link] | None) -> None: ...
+    def relocate(self, uri: str, path: str) -> None: ...
+    def rekey(self, old: str, new: str, set_key: str) -> None: ...
     def forget(self, uri: str) -> None: ...
     def uris(self, set_key: str) -> Iterator[str]: ...
     def all_known(self) -> Iterator[Known]: ...
@@ -393,6 +395,21 @@ class DestinationState:
     def set_links(self, uri: str, links: Sequence[Link] | None) -> None:
         """The Source now gives other links for a resource whose content we hold."""
         self.db.execute("UPDATE resources SET links = ? WHERE uri = ?", (links_column(links), uri))
+
+    def relocate(self, uri: str, path: str) -> None:
+        """The file of `uri` (its content unchanged) is now at `path` (as `record` takes it)."""
+        self.db.execute(
+            "UPDATE resources SET path = ?, path_key = path_key(?) WHERE uri = ?", (path, path, uri)
+        )
+
+    def rekey(self, old: str, new: str, set_key: str) -> None:
+        """What the copy holds for `old` is `new`'s now (the Source moved), in set `set_key`."""
+        with self.transaction():
+            self.db.execute(
+                "UPDATE resources SET uri = ?, set_key = ? WHERE uri = ?", (new, set_key, old)
+            )
+            self.db.execute("DELETE FROM pending_deletes WHERE uri = ?", (old,))
+            self.db.execute("DELETE FROM failed WHERE uri = ?", (old,))
 
     def forget(self, uri: str) -> None:
         self.db.execute("DELETE FROM resources WHERE uri = ?", (uri,))

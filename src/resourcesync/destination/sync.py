@@ -47,6 +47,7 @@ from .lock import CopyLock
 from .mirror import Mapping, Mirror
 from .options import Progress, Run, SyncOptions, scoped
 from .plan import NOTIFIED, Plan, Planner
+from .remap import follow_mappings
 from .report import AuditReport, Problem, SetReport, SyncReport
 from .state import CopyState, Cursor, DestinationState, expected_resource, path_key
 from .transfer import Transfer
@@ -101,8 +102,8 @@ class _Syncer:
             # (a state kept elsewhere is only read by a dry run, never written).
             self._scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
             state_path = Path(self._scratch) / STATE_FILE
-        #: Said by the first set's report: the state this repair found damaged, set aside.
-        self._set_aside: str | None = None
+        #: Said by the first set's report (what this run found and did before the sets).
+        self._notes: list[str] = []
         if (
             options.repair
             and not options.dry_run
@@ -113,7 +114,7 @@ class _Syncer:
             # checks every file against the Source and finds the ones it does not list, which
             # is what makes a state again. The damaged one is kept beside it, never read.
             aside = set_aside(state_path)
-            self._set_aside = (
+            self._notes.append(
                 f"warning: the state database was damaged: set aside as {aside.name}, and made "
                 "again from the files and the Source"
             )
@@ -124,6 +125,12 @@ class _Syncer:
             opening = functools.partial(DestinationState.reading, planning=True)
         try:
             self.state: CopyState = opening(state_path)
+            # The copy is kept under the mappings it was made with (remap.py).
+            moved = follow_mappings(
+                self.state, mirror, info.base, repair=options.repair, dry_run=options.dry_run
+            )
+            if moved is not None:
+                self._notes.append(moved)
             if not options.dry_run:
                 # Files a run that died put in place and never recorded (see Mirror.open_journal),
                 # then the journal of this one's.
@@ -158,9 +165,9 @@ class _Syncer:
 
     def run_set(self, s: SetInfo) -> SetReport:
         report = SetReport(name=s.name)
-        if self._set_aside is not None:
-            report.problem(str(self.mirror.state_dir / STATE_FILE), self._set_aside)
-            self._set_aside = None
+        for note in self._notes:
+            report.problem(str(self.mirror.state_dir / STATE_FILE), note)
+        self._notes.clear()
         key = self.set_key(s)
         state = self.state
         if self.options.baseline and not self.options.dry_run:

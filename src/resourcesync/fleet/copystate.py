@@ -234,6 +234,21 @@ class StoreCopyState:
             (links_column(links), self.name, uri),
         )
 
+    def relocate(self, uri: str, path: str) -> None:
+        self._q(
+            "UPDATE fleet_copy_resource SET path = ?, path_key = ? WHERE copy_name = ? AND uri = ?",
+            (path, path_key(path), self.name, uri),
+        )
+
+    def rekey(self, old: str, new: str, set_key: str) -> None:
+        with self.transaction():
+            self._q(
+                "UPDATE fleet_copy_resource SET uri = ?, set_key = ? "
+                "WHERE copy_name = ? AND uri = ?",
+                (new, set_key, self.name, old),
+            )
+            self._delete_uris(("fleet_copy_pending", "fleet_copy_failed"), [old])
+
     def record_many(self, rows: list[tuple[Any, ...]]) -> None:
         if not rows:
             return

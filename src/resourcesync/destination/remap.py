@@ -1,0 +1,124 @@
+"""A copy is kept under one set of mappings — the Source's base on DEST and each `--map`:
+where each URI's file is. A run given other mappings (a `--map` forgotten from a cron line on
+one run by hand, or added later to reorganise the copy) put what changed under them and left
+the rest where the earlier ones had, and said ok: a copy split across two layouts, whose
+deletions then looked for files where they were not.
+
+The mappings a copy was made with are kept in its state, for each Source synced into it (by
+its base URL: two Sources may share a DEST). A run given others looks at what the copy holds:
+none of it elsewhere, the new ones are taken; some of it elsewhere, the run stops and says so,
+unless it is a repair, which moves each file held to where it maps now (a rename: nothing
+fetched again) and leaves the rest to the repair (fetched; the old file then a file not from
+the Source, removed with --delete). A resource no mapping of the run covers is not elsewhere:
+it is another Source's (or this one's at a former address, which the run refuses and says).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import ResourceSyncError
+from .mirror import Mirror, UnsafePath
+from .state import CopyState
+
+__all__ = ["MAPPINGS", "follow_mappings"]
+
+#: The state's key for the mappings the copy was made with.
+MAPPINGS = "mappings"
+_PAGE = 1000
+
+
+def _signature(mirror: Mirror) -> str:
+    return json.dumps([[m.prefix, os.fspath(m.directory)] for m in mirror.mappings])
+
+
+def follow_mappings(
+    state: CopyState, mirror: Mirror, base: str | None, *, repair: bool, dry_run: bool
+) -> str | None:
+    """Check the run's mappings against the ones the copy was made with for the Source at
+    `base` (see the module docstring). Returns what a repair did (for its report), None when
+    nothing changed; raises when files held are elsewhere and the run is not a repair."""
+    signature = _signature(mirror)
+    key = f"{MAPPINGS} {base or ''}"
+    if state.get(key) == signature:
+        return None
+    scratch = state.scratch()
+    scratch.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS remap (uri TEXT PRIMARY KEY, old TEXT, new TEXT)"
+    )
+    scratch.execute("DELETE FROM remap")
+    batch: list[tuple[str, str, str]] = []
+    for known in state.all_known():
+        try:
+            new = mirror.relpath(known.uri)
+        except UnsafePath:
+            continue  # covered by no mapping of this run: another Source's
+        if new != known.path:
+            batch.append((known.uri, known.path, new))
+            if len(batch) >= _PAGE:
+                scratch.executemany("INSERT OR REPLACE INTO remap VALUES (?, ?, ?)", batch)
+                batch.clear()
+    scratch.executemany("INSERT OR REPLACE INTO remap VALUES (?, ?, ?)", batch)
+    (elsewhere,) = scratch.execute("SELECT COUNT(*) FROM remap").fetchone()
+    if elsewhere == 0:
+        if not dry_run:
+            state.put(key, signature)
+        return None
+    if not repair:
+        uri, old, new = scratch.execute("SELECT uri, old, new FROM remap LIMIT 1").fetchone()
+        files = (
+            "1 file this copy holds is"
+            if elsewhere == 1
+            else f"{elsewhere:,} files this copy holds are"
+        )
+        raise ResourceSyncError(
+            f"{files} not where these mappings put them (it was made with other --map "
+            f"options: {uri} is at {old}; these put it at {new}): give the mappings it was "
+            "made with, or run with --repair to move the copy to these",
+            source=str(mirror.dest),
+        )
+    if dry_run:
+        return (
+            f"warning: {elsewhere:,} files held are not where these mappings put them: the "
+            "repair moves them"
+        )
+    moved = _move(state, mirror)
+    state.put(key, signature)
+    rest = elsewhere - moved
+    also = f"; {rest:,} left to the repair" if rest else ""
+    return f"warning: the mappings changed: {moved:,} files moved to where they map now{also}"
+
+
+def _move(state: CopyState, mirror: Mirror) -> int:
+    """Each file held at its old place, and none at its new one, renamed there (and the
+    state told). Returns how many are where they map now."""
+    scratch = state.scratch()
+    moved = 0
+    after = ""
+    while True:
+        page = scratch.execute(
+            "SELECT uri, old, new FROM remap WHERE uri > ? ORDER BY uri LIMIT ?",
+            (after, _PAGE),
+        ).fetchall()
+        if not page:
+            return moved
+        after = page[-1][0]
+        for uri, old, new in page:
+            try:
+                target = mirror.location(uri)  # what lies on the way checked
+            except UnsafePath:
+                continue  # on the way, something not ours: the repair refuses it
+            source = os.path.join(mirror.dest, old)
+            try:
+                if os.path.isfile(source) and not os.path.lexists(target):
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    os.rename(source, target)
+                elif not (os.path.isfile(target) and not os.path.lexists(source)):
+                    continue  # both there, or neither: the repair fetches it
+            except OSError:
+                continue  # another file system (EXDEV), a folder in the way: fetched
+            # (A file found already moved — a repair killed between the rename and this —
+            # is the state's too: the repair checks its digest like every other.)
+            state.relocate(uri, new)
+            moved += 1
