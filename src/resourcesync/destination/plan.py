@@ -450,9 +450,7 @@ class Planner:
             report.refuse(uri, exc)
             plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
             return
-        if not self._empty and self._former_address(uri, path, res, key):
-            return  # decided once the whole list is read (`_moved_on`)
-        if not self.claim(uri, plan, report, path):
+        if not self.claim(uri, plan, report, path, res=res, set_key=key):
             return
         known = None if self._empty else self.run.state.known(uri)
         if (
@@ -468,7 +466,9 @@ class Planner:
             return
         plan.add(uri, "fetch", res, held=known is not None)
 
-    def _former_address(self, uri: str, path: str, res: Resource, key: str) -> bool:
+    def _former_address(
+        self, uri: str, path: str, res: Resource, key: str, other: str
+    ) -> bool | None:
         """A Source that moved (http to https, a new host name) lists its resources under new
         URIs, each at the place the copy holds it for its old URI, which no mapping of this
         run covers: the new URI was refused ("maps to the same local file as …") and the
@@ -478,11 +478,11 @@ class Planner:
         happens to it next is applied. A repair takes the place whatever is held there (the
         digest then decides: taken as it is, or fetched). A file whose content changed at the
         move is the new URI's too when the run took others from the same former address
-        (True: put off until the whole list is read, `_moved_on`). Anything else stays
-        refused: the file of another Source sharing DEST."""
+        (None: put off until the whole list is read, `_moved_on`). Anything else stays
+        refused (False): the file of another Source sharing DEST. True: `other`'s place is
+        `uri`'s now."""
         state, mirror, opts = self.run.state, self.run.mirror, self.run.options
-        other = state.owner(path_key(mirror.stored(path)))
-        if other is None or other == uri or opts.dry_run or state.known(uri) is not None:
+        if opts.dry_run or state.known(uri) is not None:
             return False
         try:
             mirror.relpath(other)
@@ -501,14 +501,13 @@ class Planner:
         if same_file:
             state.rekey(other, uri, key)
             self._moved_from.add(_origin(other))
-            self.moved += 1
         elif opts.repair:
             state.forget(other)
-            self.moved += 1
         else:
             self._changed_at_move.append((uri, path, res, other))
-            return True
-        return False
+            return None
+        self.moved += 1
+        return True
 
     def _moved_on(self, plan: Plan, report: SetReport) -> None:
         """The files whose content changed when the Source moved: the new URI's (fetched)
@@ -562,6 +561,8 @@ class Planner:
         path: str | None = None,
         *,
         quiet: bool = False,
+        res: Resource | None = None,
+        set_key: str | None = None,
     ) -> bool:
         """Whether `uri` may have its local file: no other URI holds it, or claimed it first in
         this run, under any spelling a file system may take for the same name (`dir/` and
@@ -571,6 +572,13 @@ class Planner:
         mirror = self.run.mirror
         key = path_key(mirror.stored(path) if path is not None else mirror.relpath(uri))
         other = None if self._empty else self.run.state.owner(key)
+        if other is not None and other != uri and res is not None and set_key and path:
+            # Held for another URI: the Source's former address? (`_former_address`)
+            taken = self._former_address(uri, path, res, set_key, other)
+            if taken is None:
+                return False  # decided once the whole list is read
+            if taken:
+                other = None
         if other is None or other == uri:
             other = plan.claim(key, uri)
         if other is None or other == uri:
