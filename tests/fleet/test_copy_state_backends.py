@@ -163,7 +163,7 @@ def _step(rng: random.Random) -> Callable[[CopyState], Any]:
     """One random operation, the same for every state it is applied to."""
     u, s = rng.choice(URIS), rng.choice(SETS)
     when = T0 + timedelta(seconds=rng.randrange(10_000))
-    op = rng.randrange(13)
+    op = rng.randrange(15)
     links = rng.choice([None, [], [Link(rel="alternate", href=u + ".html", type="text/html")]])
     if op <= 1:
         row = (u, u[19:], rng.randrange(100), {"md5": f"{rng.randrange(9)}"}, when, "e", "lm", s)
@@ -196,6 +196,12 @@ def _step(rng: random.Random) -> Callable[[CopyState], Any]:
     if op == 10:
         value = str(rng.random())
         return lambda st: st.put("note", value) if value < "0.5" else st.drop("note")
+    if op == 11:  # its file moved (the mappings changed: remap.py)
+        to = rng.choice(["moved/", "x/"]) + u[19:]
+        return lambda st: st.relocate(u, to)
+    if op == 12:  # another URI's now (a Source that moved); never over one held
+        v = rng.choice(URIS)
+        return lambda st: st.rekey(u, v, s) if v != u and st.known(v) is None else None
     # A run's plan on the scratch: what it saw, kept and marked as undated.
     seen = rng.sample(URIS, rng.randrange(len(URIS)))
     plan = [(v, rng.choice(["fetch", "keep", "delete"]), rng.choice([None, "sig"])) for v in seen]
