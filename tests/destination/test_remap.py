@@ -30,6 +30,11 @@ def test_a_forgotten_map_stops_the_run_and_changes_nothing(tmp_path: Path) -> No
             assert "12 files this copy holds are not where these mappings put them" in line
             assert "--repair" in line and str(dest) in line, line
             assert snapshot(dest) == before
+        # `audit` without it: the same line, not 12 missing and 12 extra and the advice to
+        # repair (which would move the copy to the mappings forgotten).
+        r = cli("audit", src.root, dest)
+        assert r.exit_code == 2, r.stdout
+        assert "12 files this copy holds are not where these mappings put them" in r.stderr
         r = cli("sync", src.root, dest, *mapped)
         assert r.exit_code == 0, r.stderr
         assert (dest / "docs/f03.txt").read_bytes() == b"changed\n"

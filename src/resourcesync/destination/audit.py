@@ -27,6 +27,7 @@ from .dumps import dumped_changes, dumped_resources
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import SyncOptions, scoped
 from .plan import change_entries, expect, lists_covering
+from .remap import Elsewhere
 from .report import AuditReport
 from .state import DestinationState
 
@@ -92,7 +93,12 @@ def audit(
         opened = opts.state or (DestinationState.reading if state_path.exists() else None)
         if opened is not None:
             with contextlib.closing(opened(state_path)) as state:
+                # Audited under other mappings than the copy was made with (a --map
+                # forgotten), every file held would be missing and extra, and the advice to
+                # repair would move the copy to the wrong mappings: said as `sync` says it.
+                elsewhere = Elsewhere(mirror)
                 for known in state.all_known():
+                    elsewhere.where(known.uri, known.path)
                     if excluded(known.uri):
                         continue
                     db.execute(
@@ -126,6 +132,8 @@ def audit(
                             db.execute(
                                 "INSERT OR IGNORE INTO accounted VALUES (?)", (str(extra_path),)
                             )
+                if elsewhere.count:
+                    raise elsewhere.error()
         for uri, length, hashes, lastmod, kind, recorded, wrote in db.execute(
             "SELECT e.uri, e.length, e.hashes, e.lastmod, e.type, r.lastmod, r.md5 FROM expected e "
             "LEFT JOIN recorded r ON r.uri = e.uri WHERE e.gone = 0 ORDER BY e.uri"

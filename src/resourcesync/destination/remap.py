@@ -22,7 +22,7 @@ from ..errors import ResourceSyncError
 from .mirror import Mirror, UnsafePath
 from .state import CopyState
 
-__all__ = ["MAPPINGS", "follow_mappings"]
+__all__ = ["MAPPINGS", "Elsewhere", "follow_mappings"]
 
 #: The state's key for the mappings the copy was made with.
 MAPPINGS = "mappings"
@@ -31,6 +31,45 @@ _PAGE = 1000
 
 def _signature(mirror: Mirror) -> str:
     return json.dumps([[m.prefix, os.fspath(m.directory)] for m in mirror.mappings])
+
+
+class Elsewhere:
+    """Counts the files held that the run's mappings put elsewhere, and names the first."""
+
+    def __init__(self, mirror: Mirror) -> None:
+        self.mirror = mirror
+        self.count = 0
+        self.example: tuple[str, str, str] | None = None
+
+    def where(self, uri: str, path: str) -> str | None:
+        """Where the run's mappings put `uri`'s file, held at `path`, when that is elsewhere;
+        None when it is there, or when no mapping of the run covers `uri` (another
+        Source's)."""
+        try:
+            new = self.mirror.relpath(uri)
+        except UnsafePath:
+            return None
+        if new == path:
+            return None
+        self.count += 1
+        if self.example is None:
+            self.example = (uri, path, new)
+        return new
+
+    def error(self, *, repair: bool = True) -> ResourceSyncError:
+        uri, old, new = self.example or ("", "", "")
+        files = (
+            "1 file this copy holds is"
+            if self.count == 1
+            else f"{self.count:,} files this copy holds are"
+        )
+        fix = ", or run `sync --repair` to move the copy to these" if repair else ""
+        return ResourceSyncError(
+            f"{files} not where these mappings put them (it was made with other --map "
+            f"options: {uri} is at {old}; these put it at {new}): give the mappings it was "
+            f"made with{fix}",
+            source=str(self.mirror.dest),
+        )
 
 
 def follow_mappings(
@@ -43,41 +82,16 @@ def follow_mappings(
     key = f"{MAPPINGS} {base or ''}"
     if state.get(key) == signature:
         return None
-    scratch = state.scratch()
-    scratch.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS remap (uri TEXT PRIMARY KEY, old TEXT, new TEXT)"
-    )
-    scratch.execute("DELETE FROM remap")
-    batch: list[tuple[str, str, str]] = []
+    found = Elsewhere(mirror)
     for known in state.all_known():
-        try:
-            new = mirror.relpath(known.uri)
-        except UnsafePath:
-            continue  # covered by no mapping of this run: another Source's
-        if new != known.path:
-            batch.append((known.uri, known.path, new))
-            if len(batch) >= _PAGE:
-                scratch.executemany("INSERT OR REPLACE INTO remap VALUES (?, ?, ?)", batch)
-                batch.clear()
-    scratch.executemany("INSERT OR REPLACE INTO remap VALUES (?, ?, ?)", batch)
-    (elsewhere,) = scratch.execute("SELECT COUNT(*) FROM remap").fetchone()
+        found.where(known.uri, known.path)
+    elsewhere = found.count
     if elsewhere == 0:
         if not dry_run:
             state.put(key, signature)
         return None
     if not repair:
-        uri, old, new = scratch.execute("SELECT uri, old, new FROM remap LIMIT 1").fetchone()
-        files = (
-            "1 file this copy holds is"
-            if elsewhere == 1
-            else f"{elsewhere:,} files this copy holds are"
-        )
-        raise ResourceSyncError(
-            f"{files} not where these mappings put them (it was made with other --map "
-            f"options: {uri} is at {old}; these put it at {new}): give the mappings it was "
-            "made with, or run with --repair to move the copy to these",
-            source=str(mirror.dest),
-        )
+        raise found.error()
     if dry_run:
         return (
             f"warning: {elsewhere:,} files held are not where these mappings put them: the "
@@ -94,6 +108,20 @@ def _move(state: CopyState, mirror: Mirror) -> int:
     """Each file held at its old place, and none at its new one, renamed there (and the
     state told). Returns how many are where they map now."""
     scratch = state.scratch()
+    scratch.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS remap (uri TEXT PRIMARY KEY, old TEXT, new TEXT)"
+    )
+    scratch.execute("DELETE FROM remap")
+    found = Elsewhere(mirror)
+    batch: list[tuple[str, str, str]] = []
+    for known in state.all_known():
+        new = found.where(known.uri, known.path)
+        if new is not None:
+            batch.append((known.uri, known.path, new))
+            if len(batch) >= _PAGE:
+                scratch.executemany("INSERT OR REPLACE INTO remap VALUES (?, ?, ?)", batch)
+                batch.clear()
+    scratch.executemany("INSERT OR REPLACE INTO remap VALUES (?, ?, ?)", batch)
     moved = 0
     after = ""
     while True:
