@@ -137,3 +137,31 @@ def test_signature_is_hmac_sha256() -> None:
     # RFC 4231 test case 2.
     got = sign(b"Jefe", b"what do ya want for nothing?")
     assert got == "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+
+
+def test_a_database_found_damaged_while_the_hub_runs_is_a_503_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite finding the hub's database damaged after it opened (a page read that is not
+    what was written): each request was a 500 and a traceback in the log. Now 503, and one
+    line naming the file and what mends it."""
+    import sqlite3
+
+    import httpx
+
+    from tests.hub.conftest import fast_config, run_hub
+
+    db = tmp_path / "hub.sqlite"
+    damaged = sqlite3.DatabaseError("database disk image is malformed")
+    damaged.sqlite_errorcode = 11  # type: ignore[attr-defined]
+
+    def stats(self: Store) -> None:
+        raise damaged
+
+    with caplog.at_level("ERROR", logger="resourcesync.hub"), run_hub(fast_config(), db) as hub:
+        monkeypatch.setattr(Store, "stats", stats)  # once it runs
+        answers = [httpx.get(hub) for _ in range(3)]
+    assert [a.status_code for a in answers] == [503, 503, 503]
+    assert "damaged" in answers[0].text and str(db) not in answers[0].text
+    said = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(said) == 1 and str(db) in said[0] and "set it aside" in said[0], said

@@ -28,6 +28,7 @@ import hmac
 import logging
 import re
 import secrets
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -45,6 +46,7 @@ from ..errors import ResourceSyncError
 from ..http import HttpOptions, RetryPolicy, make_async_client
 from ..model import Capability
 from ..sitemap import open_document
+from ..sqlite import damage
 from ..units import ascii_int
 from .config import HubConfig
 from .deliver import Deliverer
@@ -500,8 +502,23 @@ def create_app(
 ) -> Starlette:
     """The hub's ASGI app at `path`, keeping its state in the SQLite file `db`."""
     hub = Hub(config or HubConfig(), db, clock=clock)
+    said: list[str] = []
+
+    async def store_error(request: Request, exc: Exception) -> Response:
+        """The hub's database found damaged while it runs: 503 to each request (not a 500
+        with a traceback in the log each time), and one line in the log."""
+        found = damage(exc, hub.db)
+        if found is None:
+            raise exc
+        if not said:
+            said.append(str(found))
+            log.error("%s", found)
+        return PlainTextResponse("the hub's database is damaged\n", status_code=503)
+
     app = Starlette(
-        routes=[Route(path, hub.endpoint, methods=["GET", "POST"])], lifespan=hub.lifespan
+        routes=[Route(path, hub.endpoint, methods=["GET", "POST"])],
+        lifespan=hub.lifespan,
+        exception_handlers={sqlite3.DatabaseError: store_error},
     )
     app.state.hub = hub
     return app
