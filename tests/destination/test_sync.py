@@ -30,6 +30,7 @@ from resourcesync.source.config import PublishConfig, SetConfig
 from resourcesync.source.publish import publish
 from resourcesync.source.server import create_app
 from tests.destination.helpers import (
+    STATE,
     Recorder,
     cli,
     cli_json,
@@ -454,6 +455,36 @@ def test_dry_run_changes_nothing(tmp_path: Path) -> None:
         s = set_report(summary)
         assert (code, s["fetched"], s["deleted"]) == (0, 1, 1)
         assert tree(dest) == tree(src.data)
+
+
+def test_dry_run_plans_on_a_converted_copy_of_an_older_state(tmp_path: Path) -> None:
+    """A dry run on a copy whose state is of an older format opened it to write and migrated
+    it (a write in a dry run, where DEST could be written) or stopped ("the next sync brings
+    it up to date", where it could not): it plans on a converted copy, and the state is left
+    as it was for the next sync to convert."""
+    import sqlite3
+
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        state = dest / STATE / "state.sqlite"
+        db = sqlite3.connect(state)
+        db.execute("DROP INDEX resources_path_key")
+        db.execute("ALTER TABLE resources DROP COLUMN links")
+        db.close()
+        (src.data / "a.txt").write_bytes(b"alpha 3")
+        src.publish()
+        before = tree(dest, skip_state=False)
+        code, summary = cli_json("sync", src.root, dest, "--dry-run", "-v")
+        assert code == 0, summary
+        assert set_report(summary)["would"]["updated"] == [src.base + "/a.txt"], summary
+        assert tree(dest, skip_state=False) == before
+        db = sqlite3.connect(state)
+        assert "links" not in {r[1] for r in db.execute("PRAGMA table_info(resources)")}
+        db.close()
+        code, summary = cli_json("sync", src.root, dest)
+        assert (code, set_report(summary)["fetched"]) == (0, 1)
+        assert cli("audit", src.root, dest).exit_code == 0
 
 
 def test_dry_run_does_not_create_dest(tmp_path: Path) -> None:

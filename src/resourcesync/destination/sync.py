@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -31,7 +32,7 @@ from ..errors import ReadError, ResourceSyncError
 from ..http import Bandwidth, make_client
 from ..http.transfer import run_loop
 from ..model import Resource
-from ..sqlite import healthy, set_aside
+from ..sqlite import connect_read_only, healthy, set_aside
 from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
 from .discover import SetInfo, SourceInfo, discover
@@ -49,7 +50,14 @@ from .options import Progress, Run, SyncOptions, scoped
 from .plan import NOTIFIED, Plan, Planner
 from .remap import follow_mappings
 from .report import AuditReport, Problem, SetReport, SyncReport
-from .state import CopyState, Cursor, DestinationState, expected_resource, path_key
+from .state import (
+    CopyState,
+    Cursor,
+    DestinationState,
+    StateError,
+    expected_resource,
+    path_key,
+)
 from .transfer import Transfer
 
 __all__ = [
@@ -119,10 +127,10 @@ class _Syncer:
                 "again from the files and the Source"
             )
         opening: Callable[[Path], CopyState] = options.state or DestinationState
-        if read_only and options.state is None and self._scratch is None:
-            # The state of a copy that cannot be written, read only (a dry run writes nothing
-            # there, and plans on temporary tables).
-            opening = functools.partial(DestinationState.reading, planning=True)
+        if options.dry_run and options.state is None and self._scratch is None:
+            # A dry run writes nothing in DEST: the copy's state is read, and planned on
+            # temporary tables (it was opened to write, and one of an older format migrated).
+            opening = self._dry_opening(state_path)
         try:
             self.state: CopyState = opening(state_path)
             # The copy is kept under the mappings it was made with (remap.py).
@@ -146,6 +154,31 @@ class _Syncer:
         bandwidth = Bandwidth(options.bwlimit) if options.bwlimit else None
         self.run = Run(options, mirror, self.state, make_client(options.http), progress, bandwidth)
         self.planner = Planner(self.run)
+
+    def _dry_opening(self, state_path: Path) -> Callable[[Path], CopyState]:
+        """How a dry run opens the copy's state: read only; one of an older format is
+        converted in a copy, planned on there (the next sync converts the copy's own)."""
+        reading = functools.partial(DestinationState.reading, planning=True)
+        try:
+            reading(state_path).close()
+            return reading
+        except StateError as exc:
+            if "older version" not in exc.message:
+                raise
+        self._scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
+        converted = Path(self._scratch) / STATE_FILE
+        # (Opened as every reading opens it: read-only on media that cannot be written, else
+        # refusing writes, so that its WAL files go at close as after any run.)
+        source = connect_read_only(state_path, error=StateError)
+        try:
+            target = sqlite3.connect(converted)
+            try:
+                source.backup(target)
+            finally:
+                target.close()
+        finally:
+            source.close()
+        return lambda _path: DestinationState(converted)
 
     def _recorded_md5(self, stored: str) -> str | None:
         """The md5 the state records for the file at a (stored) local path, if any."""
