@@ -112,27 +112,8 @@ class _Syncer:
             state_path = Path(self._scratch) / STATE_FILE
         #: Said by the first set's report (what this run found and did before the sets).
         self._notes: list[str] = []
-        if (
-            options.repair
-            and not options.dry_run
-            and options.state is None
-            and not healthy(state_path)
-        ):
-            # What `sync` says to do when SQLite finds the copy's state damaged: a repair
-            # checks every file against the Source and finds the ones it does not list, which
-            # is what makes a state again. The damaged one is kept beside it, never read.
-            aside = set_aside(state_path)
-            self._notes.append(
-                f"warning: the state database was damaged: set aside as {aside.name}, and made "
-                "again from the files and the Source"
-            )
-        opening: Callable[[Path], CopyState] = options.state or DestinationState
-        if options.dry_run and options.state is None and self._scratch is None:
-            # A dry run writes nothing in DEST: the copy's state is read, and planned on
-            # temporary tables (it was opened to write, and one of an older format migrated).
-            opening = self._dry_opening(state_path)
         try:
-            self.state: CopyState = opening(state_path)
+            self.state: CopyState = self._open_state(state_path)
             # The copy is kept under the mappings it was made with (remap.py).
             moved = follow_mappings(
                 self.state, mirror, info.base, repair=options.repair, dry_run=options.dry_run
@@ -148,12 +129,33 @@ class _Syncer:
             mirror.close_journal()
             if hasattr(self, "state"):
                 self.state.close()
+            if self._scratch is not None:
+                shutil.rmtree(self._scratch, ignore_errors=True)
             self._lock.release()
             raise
         self.mirror = mirror
         bandwidth = Bandwidth(options.bwlimit) if options.bwlimit else None
         self.run = Run(options, mirror, self.state, make_client(options.http), progress, bandwidth)
         self.planner = Planner(self.run)
+
+    def _open_state(self, state_path: Path) -> CopyState:
+        options = self.options
+        if options.state is not None:
+            return options.state(state_path)
+        if options.repair and not options.dry_run and not healthy(state_path):
+            # What `sync` says to do when SQLite finds the copy's state damaged: a repair
+            # checks every file against the Source and finds the ones it does not list, which
+            # is what makes a state again. The damaged one is kept beside it, never read.
+            aside = set_aside(state_path)
+            self._notes.append(
+                f"warning: the state database was damaged: set aside as {aside.name}, and made "
+                "again from the files and the Source"
+            )
+        if options.dry_run and self._scratch is None:
+            # A dry run writes nothing in DEST: the copy's state is read, and planned on
+            # temporary tables (it was opened to write, and one of an older format migrated).
+            return self._dry_opening(state_path)(state_path)
+        return DestinationState(state_path)
 
     def _dry_opening(self, state_path: Path) -> Callable[[Path], CopyState]:
         """How a dry run opens the copy's state: read only; one of an older format is
