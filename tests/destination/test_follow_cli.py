@@ -400,3 +400,35 @@ def test_a_damaged_state_stops_the_follower_with_one_line(tmp_path: Path) -> Non
         assert sync(source, dest, SyncOptions(repair=True)).ok
         assert audit(source, dest).ok
     assert (dest / "r2.txt").read_text() == "two\n"
+
+
+def test_retry_in_is_when_the_follower_tries_again(tmp_path: Path) -> None:
+    """A follower that polls every 0.2 s, with a backoff of a minute: it tries again at the
+    next poll, and `retry_in` said the minute."""
+    from resourcesync.destination.subscribe import FollowOptions, follow
+    from resourcesync.destination.sync import SyncOptions
+
+    unavailable: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    with _source(tmp_path) as (root, base):
+        _without_channel(root)
+
+        def on_event(kind: str, detail: Any) -> None:
+            if kind == "caught-up" and not unavailable:
+                (root / "changelist.xml").unlink(missing_ok=True)  # the Source fails to answer
+            elif kind == "source-unavailable":
+                unavailable.append(detail)
+                if len(unavailable) == 3:
+                    done.set()
+
+        follow(
+            f"{base}/capabilitylist.xml",
+            tmp_path / "copy",
+            SyncOptions(),
+            FollowOptions(poll_interval=0.2, retry_backoff=60, duration=60),
+            on_event=on_event,
+            stop=done,
+        )
+    assert len(unavailable) == 3
+    assert all(0 <= d["retry_in"] <= 0.2 for d in unavailable), unavailable

@@ -196,13 +196,8 @@ class _Follower:
                 # Back after an outage: what was published meanwhile is in the Change List.
                 self.subscriber.recovered = False
                 self.catch_up_at = now
-            interval = self.fo.poll_interval
-            if self.subscriber.degraded():
-                interval = min(interval, self.fo.outage_poll_interval)
-            due = min(self.last_synced + interval, self.last_caught_up + self.fo.check_interval)
-            if self.catch_up_at is not None:
-                due = min(due, self.catch_up_at)
-            if now >= due:
+            interval = self._interval()
+            if now >= self._due(interval):
                 # Polled after silence (not a retry, not the periodic look at the copy).
                 polled = (self.catch_up_at is None or now < self.catch_up_at) and (
                     now >= self.last_synced + interval
@@ -246,7 +241,7 @@ class _Follower:
                     "source": self.source,
                     "reason": str(exc) or type(exc).__name__,
                     "attempt": self.source_failures,
-                    "retry_in": delay,
+                    "retry_in": self._next_try(),
                 },
             )
             return False
@@ -262,6 +257,27 @@ class _Follower:
             self.catch_up_at = self.last_synced + self.backoff.delay(self.source_failures)
         return True
 
+    def _interval(self) -> float:
+        """Seconds between polls of the Change List (shorter while the hub is away)."""
+        interval = self.fo.poll_interval
+        if self.subscriber.degraded():
+            interval = min(interval, self.fo.outage_poll_interval)
+        return interval
+
+    def _due(self, interval: float) -> float:
+        """When the next catch-up runs: the next poll, the periodic look at the copy, or a
+        retry, whichever comes first."""
+        due = min(self.last_synced + interval, self.last_caught_up + self.fo.check_interval)
+        if self.catch_up_at is not None:
+            due = min(due, self.catch_up_at)
+        return due
+
+    def _next_try(self) -> float:
+        """Seconds until the next catch-up, as `run` will have it (said as `retry_in`, which
+        said the backoff alone: with a poll every second and a backoff of minutes, the retry
+        came at the next poll)."""
+        return round(max(0.0, self._due(self._interval()) - time.monotonic()), 3)
+
     def unwritable(self, reason: str) -> None:
         """DEST (its files or its state) refused a write — full, read-only: nothing of the run
         was recorded; said, and tried again with backoff until it takes the writes."""
@@ -274,7 +290,7 @@ class _Follower:
                 "dest": str(self.dest),
                 "reason": reason,
                 "attempt": self.source_failures,
-                "retry_in": delay,
+                "retry_in": self._next_try(),
             },
         )
 
@@ -362,7 +378,7 @@ class _Follower:
             self.catch_up_at = time.monotonic() + delay
             self.report(
                 "source-unavailable",
-                {"source": self.source, "reason": str(exc), "retry_in": delay},
+                {"source": self.source, "reason": str(exc), "retry_in": self._next_try()},
             )
             return
         ch.covered = doc.until
