@@ -12,12 +12,10 @@ import itertools
 import json
 import os
 import sqlite3
-import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..errors import ReadError, ResourceSyncError
 from ..hashing import ALGORITHMS, checkable
@@ -33,6 +31,7 @@ from .options import Run
 from .paths import Unmapped
 from .report import SetReport
 from .state import Cursor, Known, hashes_column, hashes_of, keep_links, links_column, path_key
+from .takeover import Takeover
 
 __all__ = ["InOrder", "Plan", "Planner", "change_entries", "expect", "lists_covering", "same"]
 
@@ -332,11 +331,8 @@ class Planner:
         #: The copy's state held nothing when this baseline began (a first baseline): nothing
         #: is looked up per URI, and the disk is looked at only by the writes.
         self._empty = False
-        #: Files held for a former address of the Source, taken by its new URIs this run
-        #: (`_former_address`): how many, from which origins, and the ones put off.
-        self.moved = 0
-        self._moved_from: set[str] = set()
-        self._changed_at_move: list[tuple[str, str, Resource, str]] = []
+        #: Files held that a baseline takes as they are (`takeover.py`).
+        self.takeover = Takeover(run)
 
     def taken(self, uri: str) -> bool:
         """Whether `--include`/`--exclude` take `uri` (by where it lands under DEST); a URI
@@ -410,15 +406,7 @@ class Planner:
                 self.fetch_unless_held(res, plan, report, key)
             tell_warnings(visit.reader, report)
         plan.seen(seen)
-        self._moved_on(plan, report)
-        if self.moved:
-            report.problem(
-                url,
-                f"warning: {self.moved:,} files held for URIs no mapping of this run covers are "
-                "this Source's now, under the URIs it lists for them (a Source that moved: "
-                "http to https, a new host name)",
-            )
-            self.moved = 0
+        self.takeover.moved_on(self.claim, plan, report, url)
         if skipped:
             # What the unread parts list is unknown: deleting "unlisted" resources could
             # delete what the Source still lists (issue 17.11, 17.12).
@@ -462,96 +450,9 @@ class Planner:
             if not self.run.options.dry_run:
                 keep_links(self.run.state, known, res)
             return
-        if known is None and self.run.options.repair and self._adopt(uri, res, key, report):
+        if known is None and self.run.options.repair and self.takeover.adopt(uri, res, key, report):
             return
         plan.add(uri, "fetch", res, held=known is not None)
-
-    def _former_address(
-        self, uri: str, path: str, res: Resource, key: str, other: str
-    ) -> bool | None:
-        """A Source that moved (http to https, a new host name) lists its resources under new
-        URIs, each at the place the copy holds it for its old URI, which no mapping of this
-        run covers: the new URI was refused ("maps to the same local file as …") and the
-        copy kept holding the old one — its later changes and deletion then missed, and said
-        ok. Where the copy holds what the Source lists there now (a digest both give, equal,
-        and the length), the record goes over to the new URI: nothing fetched, and what
-        happens to it next is applied. A repair takes the place whatever is held there (the
-        digest then decides: taken as it is, or fetched). A file whose content changed at the
-        move is the new URI's too when the run took others from the same former address
-        (None: put off until the whole list is read, `_moved_on`). Anything else stays
-        refused (False): the file of another Source sharing DEST. True: `other`'s place is
-        `uri`'s now."""
-        state, mirror, opts = self.run.state, self.run.mirror, self.run.options
-        if opts.dry_run or state.known(uri) is not None:
-            return False
-        try:
-            mirror.relpath(other)
-            return False  # covered by this run: the Source's own (two URIs, one file: refused)
-        except UnsafePath:
-            pass
-        held = state.known(other)
-        if held is None:
-            return False
-        listed = {a: v for a, v in checkable(res.hashes).items() if a in held.hashes}
-        same_file = (
-            bool(listed)
-            and all(held.hashes[a] == v for a, v in listed.items())
-            and (res.length is None or held.length is None or res.length == held.length)
-        )
-        if same_file:
-            state.rekey(other, uri, key)
-            self._moved_from.add(_origin(other))
-        elif opts.repair:
-            state.forget(other)
-        else:
-            self._changed_at_move.append((uri, path, res, other))
-            return None
-        self.moved += 1
-        return True
-
-    def _moved_on(self, plan: Plan, report: SetReport) -> None:
-        """The files whose content changed when the Source moved: the new URI's (fetched)
-        when the run took others from the same former address, else refused as before."""
-        for uri, path, res, other in self._changed_at_move:
-            if _origin(other) in self._moved_from:
-                self.run.state.forget(other)
-                self.moved += 1
-            if self.claim(uri, plan, report, path):
-                plan.add(uri, "fetch", res, held=False)
-        self._changed_at_move.clear()
-        self._moved_from.clear()
-
-    def _adopt(self, uri: str, res: Resource, key: str, report: SetReport) -> bool:
-        """`--repair`: a file in place that the copy does not hold (its state was lost, set
-        aside as damaged, or the files came by other means) whose digest — and length, when
-        listed — are the Source's is the resource: taken into the state as it is, not
-        fetched again. Without a digest in the list nothing tells, and it is fetched."""
-        opts = self.run.options
-        listed = checkable(res.hashes)
-        if not opts.checksum or not listed:
-            return False
-        mirror = self.run.mirror
-        try:
-            path = mirror.location(uri)
-            st = os.stat(path)
-        except (UnsafePath, OSError):
-            return False
-        if not stat.S_ISREG(st.st_mode) or (res.length is not None and st.st_size != res.length):
-            return False
-        algo = next(iter(listed))
-        got = mirror.local_digests(uri, ["md5", algo])
-        if got is None or got[1].get(algo) != listed[algo]:
-            return False
-        report.unchanged += 1
-        if opts.dry_run:
-            return True
-        if mirror.times and not mirror.same_time(st, res.lastmod):
-            mirror.keep_time(path, res.lastmod, st)
-        length, hashes = got
-        self.run.state.record(
-            uri, mirror.relpath(uri), length, hashes, res.lastmod, None, None, key, res.links
-        )
-        return True
 
     def claim(
         self,
@@ -573,8 +474,8 @@ class Planner:
         key = path_key(mirror.stored(path) if path is not None else mirror.relpath(uri))
         other = None if self._empty else self.run.state.owner(key)
         if other is not None and other != uri and res is not None and set_key and path:
-            # Held for another URI: the Source's former address? (`_former_address`)
-            taken = self._former_address(uri, path, res, set_key, other)
+            # Held for another URI: the Source's former address? (`takeover.py`)
+            taken = self.takeover.former_address(uri, path, res, set_key, other)
             if taken is None:
                 return False  # decided once the whole list is read
             if taken:
@@ -1122,9 +1023,3 @@ def _duration(seconds: float) -> str:
     if seconds < 172800:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.0f} days"
-
-
-def _origin(uri: str) -> str:
-    """A URI's scheme and authority (where a Source was)."""
-    parts = urlsplit(uri)
-    return f"{parts.scheme}://{parts.netloc}".lower()
