@@ -475,6 +475,29 @@ class Mirror:
                 if not TEMP_RE.match(name) and os.path.isfile(path):
                     yield path
 
+    def move_held(self, stored: str, uri: str) -> bool:
+        """Rename the file the state holds at `stored` (as `stored` gives it) to where `uri`
+        maps now (the mappings changed: `remap.py`). True when it is there now (moved, or
+        found moved by a repair killed before the state was told); False when both places or
+        neither hold a file; UnsafePath when either place is not the copy's (the old
+        one outside every mapping's directory or in the state, the new one as `location`
+        checks it); OSError as the file system says (another file system)."""
+        source = stored if os.path.isabs(stored) else os.path.join(self._dest_str, stored)
+        inside = any(is_within(source, r.text) for r in self._roots) or is_within(
+            source, self._dest_str
+        )
+        if not inside or is_within(source, self._state_str):
+            raise UnsafePath(f"{source} is not a file of the copy", source=uri)
+        target = self.location(uri)
+        if not os.path.lexists(source):
+            return os.path.isfile(target)
+        if not os.path.isfile(source) or os.path.islink(source) or os.path.lexists(target):
+            return False
+        if not self.dry_run:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.rename(source, target)
+        return True
+
     def remove_stray(self, path: str) -> bool:
         """Remove a file of DEST that no URI the Source lists maps to and that the copy does
         not hold (`sync --repair --delete`), as `delete` removes a resource's."""

@@ -134,18 +134,10 @@ def _move(state: CopyState, mirror: Mirror) -> int:
         after = page[-1][0]
         for uri, old, new in page:
             try:
-                target = mirror.location(uri)  # what lies on the way checked
-            except UnsafePath:
-                continue  # on the way, something not ours: the repair refuses it
-            source = os.path.join(mirror.dest, old)
-            try:
-                if os.path.isfile(source) and not os.path.lexists(target):
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    os.rename(source, target)
-                elif not (os.path.isfile(target) and not os.path.lexists(source)):
+                if not mirror.move_held(old, uri):
                     continue  # both there, or neither: the repair fetches it
-            except OSError:
-                continue  # another file system (EXDEV), a folder in the way: fetched
+            except (UnsafePath, OSError):
+                continue  # not the copy's place, another file system: the repair fetches it
             # (A file found already moved — a repair killed between the rename and this —
             # is the state's too: the repair checks its digest like every other.)
             state.relocate(uri, new)
