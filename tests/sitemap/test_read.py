@@ -349,3 +349,32 @@ def test_index_parts_are_followed_in_order_with_loop_protection(tmp_path: Path) 
     (tmp_path / "index.xml").write_text(loop)
     with pytest.raises(ReadError, match="a loop"):
         list(iter_entries(tmp_path / "index.xml"))
+
+
+def test_a_second_loc_in_an_entry_is_read_and_said_once() -> None:
+    """A Destination reads the later of two <loc>s (as it merges two rs:md), and says so once
+    a document; the validator calls it an error (tests/sitemap/test_rules_within.py)."""
+    entry = "<url><loc>http://example.com/a</loc><loc>http://example.com/b</loc></url>"
+    data = (
+        f'<urlset xmlns="{SM}" xmlns:rs="{RS}"><rs:md capability="resourcelist" '
+        f'at="2013-01-03T09:00:00Z"/>{entry}{entry.replace("/b<", "/c<")}</urlset>'
+    ).encode()
+    with open_document(data) as reader:
+        assert [r.loc for r in reader] == ["http://example.com/b", "http://example.com/c"]
+        assert len(reader.warnings) == 1
+        assert "more than one <loc> in an entry (the later one is read)" in reader.warnings[0]
+
+
+def test_a_url_nested_in_the_first_entrys_extension_is_part_of_it() -> None:
+    """An extension element may hold anything, a `<url>` too: in the first entry, its end came
+    before the entry's and was taken for the first entry, its parent for the root ("not a
+    sitemap document: the root element is wrap")."""
+    nested = '<x:wrap xmlns:x="http://example.org/x"><url><loc>http://example.com/in</loc></url></x:wrap>'
+    data = (
+        f'<urlset xmlns="{SM}" xmlns:rs="{RS}"><rs:md capability="resourcelist" '
+        f'at="2013-01-03T09:00:00Z"/><url><loc>http://example.com/a</loc>{nested}</url>'
+        "<url><loc>http://example.com/b</loc></url></urlset>"
+    ).encode()
+    _, entries = read_document(data)
+    assert [r.loc for r in entries] == ["http://example.com/a", "http://example.com/b"]
+    assert len(entries[0].extensions) == 1 and "http://example.com/in" in entries[0].extensions[0]

@@ -34,6 +34,30 @@ def test_a_repeated_rs_md_in_an_entry_is_an_error_not_a_silent_merge() -> None:
     clean(check(doc(CL, url(md='change="created" datetime="2013-01-02T10:00:00Z"'))))
 
 
+@pytest.mark.parametrize(
+    "child",
+    [
+        "<loc>http://example.com/other</loc>",
+        "<lastmod>2013-01-02T10:00:00Z</lastmod>",
+        "<changefreq>daily</changefreq>",
+        "<priority>0.5</priority>",
+    ],
+)
+def test_a_child_the_sitemap_schema_allows_once_given_twice_is_an_error(child: str) -> None:
+    # The Sitemap schema's url: loc once, lastmod, changefreq and priority at most once. Which
+    # of two <loc>s is the resource? A reader takes the later; the validator says so.
+    name = child[1 : child.index(">")]
+    once = child if name == "loc" else ""
+    twice = child if name == "loc" else child + child
+    data = doc(RL, url("http://example.com/res1", extra=twice))
+    f = only(check(data), ERROR, f"more than one <{name}> in an entry")
+    assert (f.rule, f.line) == ("sitemap-child-repeated", 4)
+    if once:
+        clean(check(doc(RL, url(None, extra=once))))
+    else:
+        clean(check(doc(RL, url("http://example.com/res1", extra=child))))
+
+
 def test_a_repeated_up_link_is_an_error() -> None:
     other = '<rs:ln rel="up" href="http://example.com/other-capabilitylist.xml"/>'
     f = only(check(doc(RL, url(), links=(UP, other))), ERROR, 'document-level <rs:ln rel="up">')

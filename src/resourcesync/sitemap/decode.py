@@ -308,32 +308,38 @@ class EntryDecoder:
                 link.extra[key] = value
         return link
 
-    def _repeated_md(self, line: int, loc: str | None) -> None:
-        """A second `<rs:md>` in one entry: its attributes are merged over the first (a
-        `created` may become `deleted`). A problem for the validator, a warning otherwise."""
-        message = "more than one <rs:md> in an entry (the later one's values win)"
+    def _repeated(self, what: str, line: int, loc: str | None) -> None:
+        """A second `<rs:md>` in one entry (its attributes are merged over the first: a
+        `created` may become `deleted`), or a second `<loc>`, `<lastmod>`, `<changefreq>` or
+        `<priority>` (the Sitemap schema allows one; the later is read). A problem for the
+        validator, a warning otherwise."""
+        if what == "rs:md":
+            message = "more than one <rs:md> in an entry (the later one's values win)"
+        else:
+            message = f"more than one <{what}> in an entry (the later one is read)"
         if self.on_problem is not None:
             self.problem(message, line, loc)
         else:
-            self.warn("md-repeated", message, line)
+            self.warn(f"{what}-repeated", message, line)
 
     def entry(self, el: Any, line: int) -> Resource:
         # The hot path: one call per entry, the common fields inline.
         res = Resource(loc="")
-        seen_loc = False
-        seen_md = False
+        seen_loc = seen_md = seen_lastmod = False
         if el.attrib:
             res.attrs.update(self.attrib(el))
         # el[:] hands over the children as one list: several times cheaper than iterating.
         for child in el[:]:
             tag = child.tag
             if tag == LOC:
+                if seen_loc:
+                    self._repeated("loc", child.sourceline, res.loc or None)
                 text = child.text
                 res.loc = text.strip() if text else ""
                 seen_loc = True
             elif tag == RS_MD:
                 if seen_md:
-                    self._repeated_md(child.sourceline, res.loc or None)
+                    self._repeated("rs:md", child.sourceline, res.loc or None)
                 seen_md = True
                 for key, value in self.attrib(child).items():
                     if key == "hash":
@@ -359,6 +365,9 @@ class EntryDecoder:
                     else:
                         self._md({key: value}, res, child.sourceline, res.loc or None)
             elif tag == LASTMOD:
+                if seen_lastmod:
+                    self._repeated("lastmod", child.sourceline, res.loc or None)
+                seen_lastmod = True
                 text = child.text or ""
                 try:
                     res.lastmod = parse_w3c(text)
@@ -369,8 +378,12 @@ class EntryDecoder:
                 if link is not None:
                     res.links.append(link)
             elif tag == CHANGEFREQ:
+                if res.changefreq is not None:
+                    self._repeated("changefreq", child.sourceline, res.loc or None)
                 res.changefreq = (child.text or "").strip()
             elif tag == PRIORITY:
+                if res.priority is not None:
+                    self._repeated("priority", child.sourceline, res.loc or None)
                 try:
                     res.priority = float((child.text or "").strip())
                 except ValueError:

@@ -491,13 +491,16 @@ class DocumentReader:
                 self._ended = el  # the root element ended: the document is complete
                 continue
             if parent is not root:
-                if root is not None or el.tag in (URLSET, SITEMAPINDEX):
+                if root is None:
+                    # The first event: the root is the tree's, not this element's parent (a
+                    # url nested in an extension element of the first entry ends first).
+                    self._check_root(el.getroottree().getroot())
+                    root = self._root
+                    entry_tag = self._entry_tag = SITEMAP if root.tag == SITEMAPINDEX else URL
+                if parent is not root:
                     # A url (or an element named as a root) nested inside an extension
                     # element: part of that element.
                     continue
-                self._check_root(parent)
-                root = self._root
-                entry_tag = self._entry_tag = SITEMAP if root.tag == SITEMAPINDEX else URL
             if el.tag != entry_tag:
                 if el.tag in (URLSET, SITEMAPINDEX):
                     continue  # an element named as a root, inside the root: not an entry

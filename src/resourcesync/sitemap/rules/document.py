@@ -50,6 +50,8 @@ def problem_rule(message: str) -> str:
         return "w3c-datetime-zone"
     if "is not W3C Datetime but reads unambiguously" in message:
         return "w3c-datetime-form"
+    if message.startswith("more than one <") and not message.startswith("more than one <rs:"):
+        return "sitemap-child-repeated"
     if message.startswith("more than one"):
         return "core-7-md-repeated"
     if "without <loc>" in message:

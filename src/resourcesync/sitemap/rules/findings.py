@@ -81,6 +81,7 @@ RULES: dict[str, str] = {
     "fn-4-change": "a framework-notification entry without change",
     "follow": "a linked document that was not followed (loop, depth, not found locally)",
     "sitemap-changefreq": "a changefreq outside the Sitemap vocabulary",
+    "sitemap-child-repeated": "a second <loc>, <lastmod>, <changefreq> or <priority> in an entry",
     "sitemap-element": "an element other than url/sitemap among the entries",
     "sitemap-loc-http": "a <loc> that is not http(s)",
     "sitemap-loc-missing": "an entry without <loc>",
