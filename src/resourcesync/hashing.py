@@ -21,7 +21,9 @@ from typing import Any, BinaryIO
 
 __all__ = [
     "ALGORITHMS",
+    "HEX_DIGEST",
     "HEX_LENGTH",
+    "PLAIN_DIGEST",
     "MultiHasher",
     "check_hash_value",
     "checkable",
@@ -29,6 +31,7 @@ __all__ = [
     "hash_file",
     "hash_stream",
     "parse_hashes",
+    "plain_digest",
 ]
 
 #: Spec token → hashlib name: the IANA Hash Function Textual Names hashlib always provides.
@@ -44,6 +47,8 @@ ALGORITHMS: dict[str, str] = {
 HEX_LENGTH = {"md5": 32, "sha-1": 40, "sha-224": 56, "sha-256": 64, "sha-384": 96, "sha-512": 128}
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _HEX = re.compile(r"[0-9a-fA-F]+")
+#: A digest of each algorithm as hex (of either case) of its length exactly.
+HEX_DIGEST = {algo: re.compile(f"[0-9a-fA-F]{{{n}}}") for algo, n in HEX_LENGTH.items()}
 _B64 = re.compile(r"[A-Za-z0-9+/_-]+")
 CHUNK = 1 << 20
 
@@ -123,6 +128,19 @@ def checkable(hashes: Mapping[str, str]) -> Mapping[str, str]:
         if algo not in ALGORITHMS:
             return {a: v for a, v in hashes.items() if a in ALGORITHMS}
     return hashes
+
+
+#: A `hash` attribute of the common case: one `algorithm:digest` token, of an algorithm
+#: computed here, its digest hex of the algorithm's length. Every reader takes it as written
+#: (`parse_hashes`) and the validator has nothing to say of it. `plain_digest(text)`.
+PLAIN_DIGEST = re.compile(
+    "|".join(f"{re.escape(a)}:[0-9a-fA-F]{{{n}}}" for a, n in HEX_LENGTH.items() if a in ALGORITHMS)
+)
+
+
+def plain_digest(text: str) -> bool:
+    """Whether a `hash` attribute is of the common case (`PLAIN_DIGEST`)."""
+    return PLAIN_DIGEST.fullmatch(text) is not None
 
 
 def parse_hashes(text: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 #: Digits beyond which a number in a header is not taken (Python refuses to convert more than
 #: 4,300; no length, delay or lease needs more than 20).
-_MAX_DIGITS = 100
+MAX_DIGITS = 100
 
 
 def ascii_int(text: str) -> int | None:
@@ -19,7 +19,7 @@ def ascii_int(text: str) -> int | None:
     headers and forms are: Content-Length, Retry-After, Range, a lease), at most 100 of them;
     else None. `str.isdigit` alone takes `²`, which `int` refuses (a traceback from one
     header), and `١٢`, which it reads."""
-    if len(text) > _MAX_DIGITS or not (text.isascii() and text.isdigit()):
+    if len(text) > MAX_DIGITS or not (text.isascii() and text.isdigit()):
         return None
     return int(text)
 

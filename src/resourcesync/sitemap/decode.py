@@ -19,9 +19,9 @@ from urllib.parse import urljoin
 from lxml import etree
 
 from ..errors import FormatError, ReadError
-from ..hashing import ALGORITHMS, normalise_digest, parse_hashes
+from ..hashing import ALGORITHMS, PLAIN_DIGEST, normalise_digest, parse_hashes
 from ..model import RS_NS, SITEMAP_NS, Document, Link, Resource
-from ..units import ascii_int
+from ..units import MAX_DIGITS, ascii_int
 from ..w3cdt import W3CDatetimeError, format_w3c, parse_bent, parse_w3c
 
 __all__ = ["MAX_ATTRIBUTES", "SCHEME", "EntryDecoder", "ProblemHandler", "local_name"]
@@ -34,6 +34,7 @@ SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 #: values over in time quadratic in their number, so an element with 200,000 would stall the
 #: reader for minutes: such a document is refused, in linear time (issue 17.14).
 MAX_ATTRIBUTES = 256
+_plain_digest = PLAIN_DIGEST.fullmatch
 
 URLSET = f"{{{SITEMAP_NS}}}urlset"
 SITEMAPINDEX = f"{{{SITEMAP_NS}}}sitemapindex"
@@ -395,6 +396,48 @@ class EntryDecoder:
         elif not res.loc.startswith(_ABSOLUTE) and self.base_url is not None:
             res.loc = self._resolved(res.loc, "<loc>", line)
         return res
+
+    def plain(self, el: Any) -> str | None:
+        """The `<loc>` of a plain entry, else None. Plain: no attributes; one `<loc>`; at most
+        one `<lastmod>`, in W3C Datetime; at most one `<rs:md>`, of a `hash` that is one
+        digest as hex (`plain_digest`), a `length` in ASCII digits and a `type`; nothing else.
+        `entry` decodes such an entry with nothing to report (a Resource List's common case),
+        so a validator may check its `<loc>` without making its `Resource`
+        (`EntryRules.plain`). Nothing is said and nothing kept."""
+        if el.keys():
+            return None
+        loc = None
+        lastmod = md = False
+        for child in el[:]:
+            tag = child.tag
+            if tag == LOC and loc is None:
+                text = child.text
+                loc = text.strip() if text else ""
+                if not loc:
+                    return None
+            elif tag == LASTMOD and not lastmod:
+                lastmod = True
+                try:
+                    parse_w3c(child.text or "")
+                except W3CDatetimeError:
+                    return None
+            elif tag == RS_MD and not md:
+                md = True
+                if len(child.attrib) > 3:  # counted without the values: linear (`attrib`)
+                    return None
+                for key, value in child.items():
+                    if key == "hash":
+                        if _plain_digest(value) is None:
+                            return None
+                    elif key == "length":
+                        # As `ascii_int` reads it (inline: once an entry).
+                        if not (value.isascii() and value.isdigit()) or len(value) > MAX_DIGITS:
+                            return None
+                    elif key != "type":
+                        return None
+            else:
+                return None
+        return loc
 
     def _resolved(self, ref: str, what: str, line: int | None) -> str:
         """A relative reference resolved against the document's URL (RFC 3986 §5), as a

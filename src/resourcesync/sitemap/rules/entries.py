@@ -29,6 +29,7 @@ _UNIQUE_CHANGE = frozenset({"changelist", "changedump-manifest", "change-notific
 DUPLICATE_WINDOW = SITEMAP_MAX_ENTRIES
 
 _ABSOLUTE_HTTP = re.compile(r"(?i)https?://[^/?#\s]+(?:[/?#]\S*)?")
+_absolute_http = _ABSOLUTE_HTTP.fullmatch
 
 
 class Series:
@@ -110,6 +111,8 @@ class EntryRules:
         self._seen: dict[object, int] | None = None
         self._by_change = False
         self._series: Series | None = None
+        #: Whether this document's entries may be told plain (`plain`).
+        self.plain_ok = False
 
     def begin(self, doc: Document, cap: str, times: tuple[str, str, str, str]) -> None:
         """The document's capability known (and valid): its entries' rules."""
@@ -117,10 +120,25 @@ class EntryRules:
         if (not doc.index and cap in _UNIQUE_LOC) or cap in _UNIQUE_CHANGE:
             self._seen = {}
             self._by_change = cap in _UNIQUE_CHANGE
+        # A Resource List's rules of an entry the decoder calls plain are its `<loc>`'s alone.
+        self.plain_ok = cap == "resourcelist" and not doc.index
         if doc.index and cap in ("changelist", "changedump"):
             self._series = Series(f"{cap} index", self._series_problem, False)
         elif cap in _ORDERED_BY_FROM:
             self._series = Series(cap, self._series_problem, False)
+
+    def plain(self, line: int, loc: str) -> bool:
+        """The rules of a plain entry (`EntryDecoder.plain`: its `<loc>` is all there is to
+        check) where the document allows (`plain_ok`), as `entry` would apply them: True when
+        there is nothing to say (it is counted, its `<loc>` kept for duplicates); False, with
+        nothing counted or kept, when `entry` is to check it whole."""
+        seen = self._seen
+        if not self.plain_ok or seen is None or loc in seen or _absolute_http(loc) is None:
+            return False
+        self.count += 1
+        if len(seen) < DUPLICATE_WINDOW:
+            seen[loc] = line
+        return True
 
     def _series_problem(self, rule: str, message: str, line: int | None, loc: str | None) -> None:
         self.error(rule, message, line, loc)

@@ -5,17 +5,23 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ...errors import ReadError
 from ..follow import FOLLOW_ALL, FOLLOW_NONE, Resolver, children, walk
 from ..read import DEFAULT_MAX_BYTES, DocumentReader, ProblemHandler, Source
-from .across import DocInfo, Listed, check_across
 from .document import DocumentChecker
 from .findings import ERROR, WARNING, DocumentSummary, Finding, Report
 
+if TYPE_CHECKING:
+    # Imported where documents are followed (start-up counts: issue 15.5).
+    from .across import DocInfo, Listed
+
 __all__ = ["FOLLOWED_BY_DEFAULT", "validate"]
 
+#: Whether a Resource List's plain entries are checked without being decoded (off: every
+#: entry decoded; for the tests that compare the two).
+PLAIN = True
 #: Given one of these, `validate(follow=None)` follows the documents it lists.
 FOLLOWED_BY_DEFAULT = frozenset({"description", "capabilitylist"})
 
@@ -128,6 +134,8 @@ def _validate_one(
             from .packages import check_package
         try:
             checker.start(reader)
+            if PLAIN and checker.entries.plain_ok and not following and not dump:
+                _plain_entries(reader, checker)
             position = 0
             for line, res in visit.entries():
                 checker.entry(line, res)
@@ -142,6 +150,8 @@ def _validate_one(
             unreadable(exc, visit.parent)
         up = doc.link("up")
         if following or visit.parent is not None:
+            from .across import DocInfo
+
             docs[reader.name] = DocInfo(
                 name=reader.name,
                 url=_identity(reader, resolver, named.get(reader.name)),
@@ -164,7 +174,23 @@ def _validate_one(
             )
         )
     if listed:
+        from .across import check_across
+
         check_across(docs, listed, emit)
+
+
+def _plain_entries(reader: DocumentReader, checker: DocumentChecker) -> None:
+    """The entries of a document whose plain entries need no `Resource` (a Resource List
+    not followed): each plain one's `<loc>` checked as it stands, the others decoded and
+    checked whole, in document order. The same findings as `checker.entry` on every entry
+    (tests/sitemap/test_validate_plain.py compares them)."""
+    plain, decode = reader.plain, reader.decode
+    told, entry = checker.entries.plain, checker.entry
+    for batch in reader.element_batches():
+        for line, el in batch:
+            loc = plain(el)
+            if loc is None or not told(line, loc):
+                entry(line, decode(el, line))
 
 
 def _listed(
@@ -181,6 +207,8 @@ def _listed(
         child = resolver.resolve(url, reader)
     except ReadError:
         return  # the walk reports it as not followed
+    from .across import Listed
+
     key = str(child) if isinstance(child, str | Path) else url
     named.setdefault(key, url)
     via_contents = url != res.loc

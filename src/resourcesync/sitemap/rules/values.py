@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from ...hashing import ALGORITHMS, HEX_LENGTH, check_hash_value
+from ...hashing import ALGORITHMS, HEX_DIGEST, check_hash_value
 from ...model import RS_NS, Document, Link
 from ...w3cdt import format_w3c
 from .findings import ERROR, WARNING, Finding
@@ -99,7 +99,7 @@ _IANA = """
 IANA_RELATIONS = frozenset(_IANA.split())
 
 # A well-formed hex digest of each known algorithm (anything else goes to check_hash_value).
-_GOOD_DIGEST = {algo: re.compile(f"[0-9a-fA-F]{{{n}}}") for algo, n in HEX_LENGTH.items()}
+_GOOD_DIGEST = HEX_DIGEST
 _URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
 
 
