@@ -177,6 +177,16 @@ def test_plain_entries_are_reported_as_entries_checked_whole(
     assert len({f[1] for f in whole[0]}) >= 3 or seed % 10 == 9
 
 
+def test_a_document_seldom_plain_is_decoded_whole_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past a few more entries not plain than plain, the rest of the document is decoded whole
+    # (`PLAIN_GIVE_UP`): the findings the same at every point of the switch.
+    for give_up in (0, 2, 5):
+        monkeypatch.setattr(validate_module, "PLAIN_GIVE_UP", give_up)
+        for seed in range(4):
+            data = document(300 + seed, 80)
+            assert findings(data, True, monkeypatch) == findings(data, False, monkeypatch)
+
+
 def test_the_duplicates_window_is_kept_alike(monkeypatch: pytest.MonkeyPatch) -> None:
     # Past the window no <loc> is kept: the same on both paths (a small window, many entries).
     monkeypatch.setattr(entry_rules, "DUPLICATE_WINDOW", 7)

@@ -22,6 +22,8 @@ __all__ = ["FOLLOWED_BY_DEFAULT", "validate"]
 #: Whether a Resource List's plain entries are checked without being decoded (off: every
 #: entry decoded; for the tests that compare the two).
 PLAIN = True
+#: How many more entries not plain than plain before a document is decoded whole.
+PLAIN_GIVE_UP = 100
 #: Given one of these, `validate(follow=None)` follows the documents it lists.
 FOLLOWED_BY_DEFAULT = frozenset({"description", "capabilitylist"})
 
@@ -186,11 +188,19 @@ def _plain_entries(reader: DocumentReader, checker: DocumentChecker) -> None:
     (tests/sitemap/test_validate_plain.py compares them)."""
     plain, decode = reader.plain, reader.decode
     told, entry = checker.entries.plain, checker.entry
+    # An entry looked at and then decoded costs both: a document whose entries are seldom
+    # plain (every one with a <changefreq>, say) is decoded whole once the entries that were
+    # not plain outnumber those that were by `PLAIN_GIVE_UP`.
+    balance = 0
     for batch in reader.element_batches():
         for line, el in batch:
-            loc = plain(el)
-            if loc is None or not told(line, loc):
-                entry(line, decode(el, line))
+            if balance < PLAIN_GIVE_UP:
+                loc = plain(el)
+                if loc is not None and told(line, loc):
+                    balance -= 1
+                    continue
+                balance += 1
+            entry(line, decode(el, line))
 
 
 def _listed(
