@@ -120,3 +120,49 @@ def test_a_source_that_moved_is_followed_at_its_new_address(tmp_path: Path) -> N
         assert (dest / "d/f00.txt").read_bytes() == b"changed after the move\n"
         assert not (dest / "d/f02.txt").exists()
         assert cli("audit", moved, dest).exit_code == 0
+
+
+def test_a_source_that_moved_and_changed_all_it_lists_is_not_said_ok_until_taken(
+    tmp_path: Path,
+) -> None:
+    """A Source moves and every file it lists changed at the move: nothing tells that its new
+    URIs are the old ones', and each is refused ("maps to the same local file as …"). The
+    first run said so; the next, incremental, did not look at them again and said ok over
+    files that are not the Source's (found by the trial: the claim refusals were not
+    remembered). Every run says it now, with the remedy, until the files are taken: by the
+    next run when the Source listed its old URIs' deletions, else by `sync --repair`."""
+    import dataclasses
+
+    for lists_deletions in (True, False):
+        base = tmp_path / str(lists_deletions)
+        dest = base / "copy"
+        with published_source(base, FILES) as src:
+            assert cli("sync", src.root, dest).exit_code == 0
+            moved = src.base.replace("127.0.0.1", "localhost") + "/"
+            src.sets[0] = dataclasses.replace(src.sets[0], base_url=moved)
+            if not lists_deletions:
+                src.state_dir = base / "new-state"  # a new publisher: no history of the old
+            for name in FILES:
+                (src.data / name).write_bytes(b"changed as it moved: " + name.encode())
+            src.publish()
+            r = cli("sync", moved, dest, "--json")
+            assert r.exit_code == 1, r.stdout
+            (report,) = json.loads(r.stdout)["sets"]
+            said = [p["message"] for p in report["problems"] if "same local file" in p["message"]]
+            assert len(said) == len(FILES) <= report["refused"], report["problems"]
+            assert all("`sync --repair` takes it" in m for m in said), said
+            assert (dest / "top.txt").read_bytes() == b"top\n"
+            r = cli("sync", moved, dest, "--json")
+            if lists_deletions:
+                # The old URIs are gone from the state (deleted at the Source): the new ones,
+                # remembered as refused, are fetched.
+                assert r.exit_code == 0, r.stdout
+            else:
+                assert r.exit_code == 1, r.stdout
+                (report,) = json.loads(r.stdout)["sets"]
+                assert report["mode"] == "incremental" and report["refused"] == len(FILES)
+                assert cli("audit", moved, dest).exit_code == 1
+                assert cli("sync", moved, dest, "--repair").exit_code == 0
+            assert tree(dest) == {n: b"changed as it moved: " + n.encode() for n in FILES}
+            assert cli("sync", moved, dest).exit_code == 0
+            assert cli("audit", moved, dest).exit_code == 0

@@ -1010,3 +1010,50 @@ def test_a_resource_list_without_its_time_is_followed_and_said(tmp_path: Path) -
             said = [p["message"] for p in summary["sets"][0]["problems"]]
             assert len(said) == 1 and "the Resource List gives no time (`at`" in said[0], said
             assert tree(dest) == {"a.txt": b"alpha", "b.txt": b"beta"}
+
+
+def test_a_uri_refused_its_file_is_refused_again_by_every_later_run(tmp_path: Path) -> None:
+    """A URI refused because another holds its local file was said once, by the run that
+    planned it; the next run, incremental, did not look at it again and said ok over a copy
+    that lacks it. It is remembered as refused (as a URI no mapping covers is): every run says
+    it until the Source stops listing it, and none writes over the file that is held."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/Read.txt"] = b"first"
+        src.files["/b.txt"] = b"b"
+        src.publish([entry(b, "/Read.txt", b"first"), entry(b, "/read.txt", b"second")], at=AT)
+        code, summary = cli_json("sync", b, dest)
+        assert code == 1, summary
+        for _ in range(2):
+            code, summary = cli_json("sync", b, dest)
+            assert code == 1, summary
+            problems = _set(summary)["problems"]
+            assert [p["uri"] for p in problems if "same local file" in p["message"]] == [
+                b + "/read.txt"
+            ], problems
+            assert _set(summary)["refused"] == 1
+            assert tree(dest) == {"Read.txt": b"first"}
+        # A change elsewhere is applied; the refusal is still said.
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [entry(b, "/b.txt", b"b", change="created", datetime="2024-01-02T00:00:00Z")],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest)
+        assert code == 1 and _set(summary)["refused"] == 1, summary
+        assert tree(dest) == {"Read.txt": b"first", "b.txt": b"b"}
+        # The Source deletes the second URI: nothing of the first's is touched, and ok.
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                entry(b, "/b.txt", b"b", change="created", datetime="2024-01-02T00:00:00Z"),
+                {"loc": b + "/read.txt", "change": "deleted", "datetime": "2024-01-03T00:00:00Z"},
+            ],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0, summary
+        assert tree(dest) == {"Read.txt": b"first", "b.txt": b"b"}
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0, summary

@@ -67,12 +67,15 @@ class Plan:
         self.batch: list[tuple[Any, ...]] = []
         #: The claims while they are few (None once they have moved to the `claims` table).
         self._claims: dict[str, str] | None = {}
+        #: URIs said to be refused their local file (`Planner.claim`): said once a plan.
+        self.refused_said: set[str] = set()
         self.reset()
 
     def reset(self) -> None:
         """Start again: nothing planned, seen or claimed."""
         self.batch.clear()
         self._claims = {}
+        self.refused_said.clear()
         for table in ("plan", "seen", "claims", "strays"):
             self.db.execute(f"DELETE FROM {table}")
 
@@ -468,8 +471,10 @@ class Planner:
         """Whether `uri` may have its local file: no other URI holds it, or claimed it first in
         this run, under any spelling a file system may take for the same name (`dir/` and
         `dir/index.html`, `q%3Fx` and `q?x`, NFC and NFD, case). The first owner keeps it; the
-        other is refused and reported (issue 17.6, 17.7); `quiet`: refused, not reported (a
-        change behind the cursor: reported when it was listed after it)."""
+        other is refused and reported (issue 17.6, 17.7) and, given its entry (`res`),
+        remembered as refused: the next run tries it again and says it again, so that none
+        says ok over a copy that lacks it. `quiet`: refused, not reported (a change behind the
+        cursor: reported when it was listed after it)."""
         mirror = self.run.mirror
         key = path_key(mirror.stored(path) if path is not None else mirror.relpath(uri))
         other = None if self._empty else self.run.state.owner(key)
@@ -484,14 +489,25 @@ class Planner:
             other = plan.claim(key, uri)
         if other is None or other == uri:
             return True
-        if quiet:
-            return False
+        if quiet or uri in plan.refused_said:
+            return False  # (the changes after a baseline's list may list it again)
+        plan.refused_said.add(uri)
         report.refused += 1
+        try:
+            mirror.relpath(other)
+            hint = ""
+        except UnsafePath:
+            hint = (
+                " (held for an address no mapping of this run covers: if the Source moved from "
+                "there, `sync --repair` takes it)"
+            )
         report.problem(
             uri,
             f"refused: it maps to the same local file as {other} "
-            f"({self.run.mirror.relpath(uri)}), which keeps it",
+            f"({mirror.relpath(uri)}), which keeps it{hint}",
         )
+        if res is not None:
+            plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
         return False
 
     def intact(self, uri: str, path: str, known: Known, res: Resource) -> bool:
@@ -726,7 +742,11 @@ class Planner:
                     last = Cursor(t, res.loc)
                 continue
             # (A change behind the cursor claims its file only once it is found missed.)
-            if res.change != "deleted" and not late and not self.claim(res.loc, plan, report, path):
+            if (
+                res.change != "deleted"
+                and not late
+                and not self.claim(res.loc, plan, report, path, res=res)
+            ):
                 continue
             action = "delete" if res.change == "deleted" else "fetch"
             sig = None if t is not None else undated_sig(res)

@@ -45,7 +45,7 @@ from .dumps import (
 )
 from .held import check_held
 from .lock import CopyLock
-from .mirror import Mapping, Mirror
+from .mirror import Mapping, Mirror, UnsafePath
 from .options import Progress, Run, SyncOptions, scoped
 from .plan import NOTIFIED, Plan, Planner
 from .remap import follow_mappings
@@ -137,6 +137,8 @@ class _Syncer:
         bandwidth = Bandwidth(options.bwlimit) if options.bwlimit else None
         self.run = Run(options, mirror, self.state, make_client(options.http), progress, bandwidth)
         self.planner = Planner(self.run)
+        #: Remembered URIs refused their file again by this run's seeding (`_seed`).
+        self._refused_seeds: list[tuple[str, str, Resource]] = []
 
     def _open_state(self, state_path: Path) -> CopyState:
         options = self.options
@@ -256,8 +258,9 @@ class _Syncer:
             baseline_at = None
             # What earlier runs left to do, then what changed here, then what the Source
             # lists: a later plan for the same URI replaces an earlier one.
-            check_held(self.planner, plan, key, report, self._seed(plan, key))
+            check_held(self.planner, plan, key, report, self._seed(plan, key, report))
             new_cursor = self._plan_increment(s, key, plan, report, cursor)
+            self._refused_again(plan, report)
             if report.gap is not None:
                 return report
         since = baseline_at if cursor is None else cursor.datetime
@@ -343,23 +346,45 @@ class _Syncer:
         if new_cursor is not None:
             report.cursor = format_w3c(new_cursor.datetime)
 
-    def _seed(self, plan: Plan, key: str) -> set[str]:
+    def _seed(self, plan: Plan, key: str, report: SetReport) -> set[str]:
         """Start an incremental plan with what earlier runs left to do — failed fetches and
         pending deletions — so that any later change to the same URI, planned after, replaces
-        it: the final state per URI wins over a remembered failure (issue 10.7). Returns the
-        URIs planned."""
+        it: the final state per URI wins over a remembered failure (issue 10.7). A fetch
+        claims its local file as a listed one does: a URI refused because another holds it is
+        refused (and said) again, never written over the other's file. Returns the URIs
+        planned."""
         taken = self.planner.taken
         seeded: set[str] = set()
+        self._refused_seeds.clear()
         for uri, expected, _ in self.state.failures(key):
             seeded.add(uri)
             if not taken(uri):
                 continue
-            plan.add(uri, "fetch", expected_resource(uri, expected))
+            res = expected_resource(uri, expected)
+            try:
+                path = self.run.mirror.location(uri)
+            except UnsafePath:
+                path = None  # refused again where it is written (`Mirror.incoming`)
+            if path is not None and not self.planner.claim(uri, plan, report, path, quiet=True):
+                # Said once the plan is made, unless a change listed since replaces it (the
+                # Source deleted it: nothing to say).
+                plan.add(uri, "refused", res)
+                self._refused_seeds.append((uri, path, res))
+                continue
+            plan.add(uri, "fetch", res)
         for uri in self.state.pending_deletes(key):
             seeded.add(uri)
             if taken(uri):
                 plan.add(uri, "delete")
         return seeded
+
+    def _refused_again(self, plan: Plan, report: SetReport) -> None:
+        """The URIs `_seed` found still refused their file, said as a listed one is (and
+        remembered again) where no change listed since replaced their plan."""
+        for uri, path, res in self._refused_seeds:
+            if plan.planned(uri, "refused") is not None:
+                self.planner.claim(uri, plan, report, path, res=res)
+        self._refused_seeds.clear()
 
     def apply_changes(self, s: SetInfo, entries: Iterable[Resource]) -> SetReport:
         """Apply a batch of changes (a change notification's entries) with the same engine and
@@ -370,8 +395,9 @@ class _Syncer:
         if cursor is None:
             raise ResourceSyncError("no baseline yet for this set", source=s.capabilitylist)
         plan = Plan(self.state.scratch())
-        self._seed(plan, key)
+        self._seed(plan, key, report)
         new_cursor = self.planner.changes(entries, plan, report, cursor, self.options.lookback)
+        self._refused_again(plan, report)
         self._carry_out(plan, key, report, new_cursor)
         if new_cursor != cursor and not self.options.dry_run:
             # A cursor the Source's lists may not hold yet: they are not held to it until

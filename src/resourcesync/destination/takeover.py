@@ -88,7 +88,7 @@ class Takeover:
             if _origin(other) in self._moved_from:
                 self.run.state.forget(other)
                 self.moved += 1
-            if claim(uri, plan, report, path):
+            if claim(uri, plan, report, path, res=res):
                 plan.add(uri, "fetch", res, held=False)
         self._changed_at_move.clear()
         self._moved_from.clear()
