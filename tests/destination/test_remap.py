@@ -128,9 +128,10 @@ def test_a_source_that_moved_and_changed_all_it_lists_is_not_said_ok_until_taken
     """A Source moves and every file it lists changed at the move: nothing tells that its new
     URIs are the old ones', and each is refused ("maps to the same local file as …"). The
     first run said so; the next, incremental, did not look at them again and said ok over
-    files that are not the Source's (found by the trial: the claim refusals were not
-    remembered). Every run says it now, with the remedy, until the files are taken: by the
-    next run when the Source listed its old URIs' deletions, else by `sync --repair`."""
+    files that are not the Source's (seen when the move was first followed: the claim
+    refusals were not remembered). Every run says it now, with the remedy, until the files
+    are taken: by the next run when the Source listed its old URIs' deletions, else by
+    `sync --repair`."""
     import dataclasses
 
     for lists_deletions in (True, False):
