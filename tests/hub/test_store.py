@@ -165,3 +165,49 @@ def test_a_database_found_damaged_while_the_hub_runs_is_a_503_said_once(
     assert "damaged" in answers[0].text and str(db) not in answers[0].text
     said = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
     assert len(said) == 1 and str(db) in said[0] and "set it aside" in said[0], said
+
+
+def test_a_database_found_damaged_while_the_hub_delivers_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub's delivery workers and its lease sweeper meeting a damaged database: each
+    worker wrote a traceback as it stopped, and the sweeper one every round, for as long as
+    the hub ran. One line now, naming the file and what mends it; what is queued stays
+    queued (the next start, on a mended database, picks it up)."""
+    import sqlite3
+    import time
+
+    from tests.hub.conftest import (
+        Subscriber,
+        fast_config,
+        payload,
+        publish,
+        run_hub,
+        run_subscriber,
+        subscribed,
+    )
+
+    db = tmp_path / "hub.sqlite"
+    damaged = sqlite3.DatabaseError("database disk image is malformed")
+    damaged.sqlite_errorcode = 11  # type: ignore[attr-defined]
+
+    def broken(self: Store, *args: object) -> None:
+        raise damaged
+
+    with (
+        caplog.at_level("INFO", logger="resourcesync.hub"),
+        run_hub(fast_config(), db) as hub,
+        run_subscriber(Subscriber()) as s0,
+        run_subscriber(Subscriber()) as s1,
+        run_subscriber(Subscriber()) as s2,
+    ):
+        for s in (s0, s1, s2):
+            subscribed(hub, s)
+        monkeypatch.setattr(Store, "next_delivery", broken)
+        monkeypatch.setattr(Store, "expire", broken)
+        publish(hub, payload(1))
+        time.sleep(1.0)  # three workers start and stop; five rounds of the sweeper
+        assert all(s.received == [] for s in (s0, s1, s2))
+    said = [r.getMessage() for r in caplog.records if "database is damaged" in r.getMessage()]
+    assert len(said) == 1 and str(db) in said[0] and "set it aside" in said[0], said
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []

@@ -46,7 +46,6 @@ from ..errors import ResourceSyncError
 from ..http import HttpOptions, RetryPolicy, make_async_client
 from ..model import Capability
 from ..sitemap import open_document
-from ..sqlite import damage
 from ..units import ascii_int
 from .config import HubConfig
 from .deliver import Deliverer
@@ -502,17 +501,12 @@ def create_app(
 ) -> Starlette:
     """The hub's ASGI app at `path`, keeping its state in the SQLite file `db`."""
     hub = Hub(config or HubConfig(), db, clock=clock)
-    said: list[str] = []
 
     async def store_error(request: Request, exc: Exception) -> Response:
         """The hub's database found damaged while it runs: 503 to each request (not a 500
-        with a traceback in the log each time), and one line in the log."""
-        found = damage(exc, hub.db)
-        if found is None:
+        with a traceback in the log each time), and one line in the log (`Store.damaged`)."""
+        if hub.store is None or not hub.store.damaged(exc):
             raise exc
-        if not said:
-            said.append(str(found))
-            log.error("%s", found)
         return PlainTextResponse("the hub's database is damaged\n", status_code=503)
 
     app = Starlette(

@@ -123,8 +123,9 @@ class Deliverer:
             await asyncio.sleep(self.config.sweep_interval)
             try:
                 ended = self.store.expire()
-            except Exception:  # keep sweeping; the next round may succeed
-                log.exception("hub: sweeping expired leases failed")
+            except Exception as exc:  # keep sweeping; the next round may succeed
+                if not self.store.damaged(exc):
+                    log.exception("hub: sweeping expired leases failed")
                 continue
             for sub_id in ended:
                 log.info("hub: subscription %d ended: lease expired", sub_id)
@@ -170,9 +171,10 @@ class Deliverer:
                     )
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             # A store error: leave the queue as it is; the next kick or restart picks it up.
-            log.exception("hub: worker for subscription %d stopped", sub_id)
+            if not self.store.damaged(exc):
+                log.exception("hub: worker for subscription %d stopped", sub_id)
         finally:
             if self._workers.get(sub_id) is me:
                 del self._workers[sub_id]

@@ -154,6 +154,7 @@ class Store:
         self.max_topic_notifications = max_topic_notifications
         self.max_topic_bytes = max_topic_bytes
         self._bodies = _Bodies(memory_budget)
+        self._damage_said = False
         register(self.path, _AFRESH)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
@@ -172,6 +173,18 @@ class Store:
             self._db.execute(
                 "ALTER TABLE subscriptions ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0"
             )
+
+    def damaged(self, exc: BaseException) -> bool:
+        """Whether `exc` is SQLite finding this database damaged while the hub runs; said once
+        in the log (one line naming the file and what mends it), whoever meets it first: a
+        request, a delivery worker, the lease sweeper."""
+        found = damage(exc, self.path)
+        if found is None:
+            return False
+        if not self._damage_said:
+            self._damage_said = True
+            log.error("%s", found)
+        return True
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
