@@ -22,11 +22,12 @@ from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..sniff import WINDOW, binary_type, looks_like_html, not_a_page_for
 from ..w3cdt import parse_w3c, seconds_before
+from .changeplan import change_entries, lists_covering
 from .discover import SetInfo, discover
 from .dumps import dumped_changes, dumped_resources
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import SyncOptions, scoped
-from .plan import change_entries, expect, lists_covering
+from .plan import expect
 from .remap import Elsewhere
 from .report import AuditReport
 from .state import DestinationState

@@ -32,10 +32,11 @@ from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..w3cdt import format_w3c
 from .answer import NO_CACHE, cached_before
+from .changeplan import ChangePlanner, InOrder
 from .discover import SetInfo
 from .mirror import UnsafePath, Written
 from .options import Run
-from .plan import MAX_PARTS, InOrder, Plan, Planner, expect, same, tell_warnings
+from .plan import MAX_PARTS, Plan, Planner, expect, same, tell_warnings
 from .report import SetReport
 from .state import Cursor, keep_links
 from .unpack import extract
@@ -393,7 +394,13 @@ def dumped_changes(
 
 
 def changes_from_dumps(
-    run: Run, planner: Planner, s: SetInfo, key: str, plan: Plan, report: SetReport, cursor: Cursor
+    run: Run,
+    planner: ChangePlanner,
+    s: SetInfo,
+    key: str,
+    plan: Plan,
+    report: SetReport,
+    cursor: Cursor,
 ) -> Cursor:
     """A set with a Change Dump and no Change List: plan the changes after `cursor` from the
     packages' manifests (the final state per URI wins) and extract from the packages the URIs

@@ -51,9 +51,9 @@ from ..http import HttpOptions, RetryPolicy, make_client
 from ..model import Capability, Resource
 from ..sitemap import open_document
 from ..sqlite import damage
+from .changeplan import InOrder
 from .discover import SetInfo, SourceInfo, discover
 from .options import scoped
-from .plan import InOrder
 from .sync import SetReport, SyncOptions, SyncReport, _Syncer, sync
 from .websub import Callbacks, Channel, Endpoint, Event, Inbox, Subscriber, serve_callbacks
 

@@ -35,6 +35,7 @@ from ..model import Resource
 from ..sqlite import connect_read_only, healthy, set_aside
 from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
+from .changeplan import NOTIFIED, ChangePlanner
 from .discover import SetInfo, SourceInfo, discover
 from .dumps import (
     baseline_from_dumps,
@@ -47,7 +48,7 @@ from .held import check_held
 from .lock import CopyLock
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import Progress, Run, SyncOptions, scoped
-from .plan import NOTIFIED, Plan, Planner
+from .plan import Plan, Planner
 from .remap import follow_mappings
 from .report import AuditReport, Problem, SetReport, SyncReport
 from .state import (
@@ -137,6 +138,8 @@ class _Syncer:
         bandwidth = Bandwidth(options.bwlimit) if options.bwlimit else None
         self.run = Run(options, mirror, self.state, make_client(options.http), progress, bandwidth)
         self.planner = Planner(self.run)
+        #: What the Source's Change Lists say, planned with the planner's claims.
+        self.changes = ChangePlanner(self.planner)
         #: Remembered URIs refused their file again by this run's seeding (`_seed`).
         self._refused_seeds: list[tuple[str, str, Resource]] = []
 
@@ -244,10 +247,10 @@ class _Syncer:
                 # bring the copy to the Source's present, in the same run — a baseline that
                 # stopped at `at` would say ok over a copy that is already behind.
                 try:
-                    lists = self.planner.covering_lists(cl, s, new_cursor, report)
+                    lists = self.changes.covering_lists(cl, s, new_cursor, report)
                     if lists is not None:
-                        new_cursor = self.planner.changes(
-                            self.planner.entries(lists, report), plan, report, new_cursor
+                        new_cursor = self.changes.changes(
+                            self.changes.entries(lists, report), plan, report, new_cursor
                         )
                 except ReadError as exc:
                     # The copy is brought to the Resource List's time, the cursor stays there
@@ -284,8 +287,8 @@ class _Syncer:
     ) -> Cursor:
         if s.url("changelist") is None and self._dumps_allowed() and s.url("changedump"):
             # No Change List: the Change Dump's manifests are all the Source says.
-            return changes_from_dumps(self.run, self.planner, s, key, plan, report, cursor)
-        return self.planner.incremental(s, key, plan, report, cursor)
+            return changes_from_dumps(self.run, self.changes, s, key, plan, report, cursor)
+        return self.changes.incremental(s, key, plan, report, cursor)
 
     def _follows_changes(self, s: SetInfo) -> bool:
         """Whether an incremental run has changes to follow: a Change List, or (dumps allowed)
@@ -396,12 +399,12 @@ class _Syncer:
             raise ResourceSyncError("no baseline yet for this set", source=s.capabilitylist)
         plan = Plan(self.state.scratch())
         self._seed(plan, key, report)
-        new_cursor = self.planner.changes(entries, plan, report, cursor, self.options.lookback)
+        new_cursor = self.changes.changes(entries, plan, report, cursor, self.options.lookback)
         self._refused_again(plan, report)
         self._carry_out(plan, key, report, new_cursor)
         if new_cursor != cursor and not self.options.dry_run:
             # A cursor the Source's lists may not hold yet: they are not held to it until
-            # they do (`Planner._lists_behind`).
+            # they do (`ChangePlanner._lists_behind`).
             self.state.put(NOTIFIED + key, "1")
         return report
 
