@@ -1057,3 +1057,46 @@ def test_a_uri_refused_its_file_is_refused_again_by_every_later_run(tmp_path: Pa
         assert tree(dest) == {"Read.txt": b"first", "b.txt": b"b"}
         code, summary = cli_json("sync", b, dest)
         assert code == 0, summary
+
+
+def test_a_deletion_that_failed_is_made_by_the_next_run(tmp_path: Path, monkeypatch: Any) -> None:
+    """A deletion the Source listed that could not be made here (the file busy, a directory
+    the copy cannot write) was said by that run and then forgotten: once the cursor had moved
+    past it by more than the lookback (which found it again by chance, as "listed late"), the
+    runs said ok over the file the Source had deleted (audit: extra), with --delete too. It
+    is kept pending: the next run with --delete makes it (without, counts it pending, as any
+    deletion kept)."""
+    import errno
+
+    from resourcesync.destination.mirror import Mirror
+
+    dest = tmp_path / "dest"
+    later = "2024-01-03T00:00:00Z"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.files["/b.txt"] = b"b"
+        src.publish([entry(b, "/a.txt", b"a"), entry(b, "/b.txt", b"b")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        deleted = {"loc": b + "/b.txt", "change": "deleted", "datetime": "2024-01-02T00:00:00Z"}
+        src.docs["/changelist.xml"] = urlset("changelist", [deleted], **{"from": AT})
+        real = Mirror.delete
+
+        def busy(self: Mirror, uri: str) -> bool:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+
+        monkeypatch.setattr(Mirror, "delete", busy)
+        code, summary = cli_json("sync", b, dest, "--delete", "--lookback", "0")
+        assert code == 1 and _set(summary)["failed"] == 1, summary
+        monkeypatch.setattr(Mirror, "delete", real)
+        # A later change moves the cursor on.
+        src.files["/a.txt"] = b"a2"
+        changed = entry(b, "/a.txt", b"a2", change="updated", datetime=later)
+        src.docs["/changelist.xml"] = urlset("changelist", [deleted, changed], **{"from": AT})
+        code, summary = cli_json("sync", b, dest, "--lookback", "0")  # kept, pending
+        assert code == 0 and _set(summary)["pending_deletes"] == 1, summary
+        assert (dest / "b.txt").exists()
+        code, summary = cli_json("sync", b, dest, "--delete", "--lookback", "0")
+        assert code == 0, summary
+        assert tree(dest) == {"a.txt": b"a2"}
+        assert cli("audit", b, dest).exit_code == 0

@@ -606,13 +606,15 @@ class Transfer:
                 if not opts.dry_run:
                     state.forget(uri)  # never held; gone at the Source: not tried again
                 continue
-            except ResourceSyncError as exc:
+            except (ResourceSyncError, OSError) as exc:
                 report.failed += 1
-                report.problem(uri, exc.message)
-                continue
-            except OSError as exc:
-                report.failed += 1
-                report.problem(uri, f"cannot delete: {exc.strerror or exc}")
+                why = exc.message if isinstance(exc, ResourceSyncError) else exc.strerror or exc
+                prefix = "" if isinstance(exc, ResourceSyncError) else "cannot delete: "
+                report.problem(uri, f"{prefix}{why}")
+                if not opts.dry_run:
+                    # Kept pending: the next run with --delete makes it. Forgotten, the next
+                    # run said ok over the file the Source deleted.
+                    state.pend_delete(uri, res.change_time, key)
                 continue
             if removed:
                 report.deleted += 1
