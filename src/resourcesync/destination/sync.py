@@ -36,6 +36,7 @@ from ..sqlite import connect_read_only, healthy, set_aside
 from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
 from .changeplan import NOTIFIED, ChangePlanner
+from .deletions import Deletions
 from .discover import SetInfo, SourceInfo, discover
 from .dumps import (
     baseline_from_dumps,
@@ -338,7 +339,7 @@ class _Syncer:
         transfer = Transfer(self.run)
         if report.via != "dumps" or report.planned:
             run_loop(transfer.fetch_all(plan, key, report))
-        transfer.delete_all(plan, key, report)
+        Deletions(self.run).apply(plan, key, report)
         transfer.remember_refused(plan, key)
         transfer.keep_all(plan)
         transfer.remember_undated(key)
