@@ -149,6 +149,92 @@ def test_a_change_list_of_change_lists_is_followed_not_downloaded(tmp_path: Path
         assert "/mystery" not in src.hits and "mystery" not in tree(dest)
 
 
+def test_an_entry_without_a_change_is_said_by_every_run_until_a_change_resolves_it(
+    tmp_path: Path,
+) -> None:
+    """What such an entry means for the copy is unknown (a creation, an update, a deletion):
+    the cursor moves past it, so a run that forgot it would say ok over a copy that may lack
+    it. Every run says it again — without fetching it (issue 10.4) — until the Source lists a
+    change for it, or a baseline takes the resource from the Resource List."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/a.txt"] = b"a, edited"
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [{"loc": f"{b}/a.txt", "datetime": "2024-01-02T00:00:00Z"}],
+            **{"from": AT},
+        )
+        for _ in range(2):
+            code, summary = cli_json("sync", b, dest)
+            assert code == 1, summary
+            problems = _set(summary)["problems"]
+            assert [p["uri"] for p in problems] == [f"{b}/a.txt"], problems
+            assert "neither change nor capability" in problems[0]["message"]
+            assert _set(summary)["refused"] == 1
+        assert src.hits.get("/a.txt", 0) == 1 and tree(dest) == {"a.txt": b"a"}
+        # Nor can the audit tell what the copy should hold: not in sync, and nothing extra.
+        code, found = cli_json("audit", b, dest)
+        assert code == 1 and not found["in_sync_ok"], found
+        assert (found["unknown"], found["extra"], found["in_sync"]) == (1, 0, 0), found
+        assert found["examples"] == {"unknown": [f"{b}/a.txt"]}, found
+        text = cli("audit", b, dest).output
+        assert "1 unknown: listed last in a Change List with neither change" in text, text
+        assert "--repair" not in text, text
+        # Still said after the Source lists other changes (the cursor far past it).
+        src.files["/b.txt"] = b"b"
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                {"loc": f"{b}/a.txt", "datetime": "2024-01-02T00:00:00Z"},
+                entry(b, "/b.txt", b"b", change="created", datetime="2024-01-03T00:00:00Z"),
+            ],
+            **{"from": AT},
+        )
+        for _ in range(2):
+            code, summary = cli_json("sync", b, dest)
+            assert code == 1 and _set(summary)["refused"] == 1, summary
+            assert _set(summary)["cursor"] == "2024-01-03T00:00:00Z"
+        assert tree(dest) == {"a.txt": b"a", "b.txt": b"b"}
+        # The Source lists what the change was: taken, and every run after is ok.
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [
+                {"loc": f"{b}/a.txt", "datetime": "2024-01-02T00:00:00Z"},
+                entry(b, "/b.txt", b"b", change="created", datetime="2024-01-03T00:00:00Z"),
+                entry(b, "/a.txt", b"a, edited", change="updated", datetime="2024-01-04T00:00:00Z"),
+            ],
+            **{"from": AT},
+        )
+        for _ in range(2):
+            code, summary = cli_json("sync", b, dest)
+            assert code == 0 and _set(summary)["problems"] == [], summary
+        assert tree(dest) == {"a.txt": b"a, edited", "b.txt": b"b"}
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["unknown"] == 0 and found["in_sync"] == 2, found
+        # Another one, resolved by a baseline: the Resource List says what the resource is.
+        src.files["/b.txt"] = b"b, edited"
+        src.docs["/changelist.xml"] = urlset(
+            "changelist",
+            [{"loc": f"{b}/b.txt", "datetime": "2024-01-05T00:00:00Z"}],
+            **{"from": "2024-01-04T00:00:00Z"},
+        )
+        for _ in range(2):
+            assert cli_json("sync", b, dest)[0] == 1
+        src.publish(
+            [entry(b, "/a.txt", b"a, edited"), entry(b, "/b.txt", b"b, edited")],
+            at="2024-01-06T00:00:00Z",
+        )
+        code, summary = cli_json("sync", b, dest, "--baseline")
+        assert code == 0, summary
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and _set(summary)["problems"] == [], summary
+        assert tree(dest) == {"a.txt": b"a, edited", "b.txt": b"b, edited"}
+
+
 def test_the_cursor_is_the_latest_change_applied_not_the_last_listed(tmp_path: Path) -> None:
     """A Change List out of order: the next run must not report the same changes again
     (issue 10.6)."""

@@ -934,7 +934,12 @@ def audit(source: str, dest: Path, as_json: bool, verbose: bool, quiet: bool, **
         for kind, uris in report.examples.items():
             for uri in uris:
                 click.echo(f"  {kind}: {display_iri(uri)}")
-        if not report.ok:
+        if report.unknown:
+            click.echo(
+                f"  {report.unknown:,} unknown: listed last in a Change List with neither change "
+                "nor capability, so what the copy should hold cannot be told (the Source's to mend)"
+            )
+        if report.missing or report.extra or report.different:
             fix = f"resourcesync sync {source} {dest} --repair"
             if report.extra:
                 fix += " --delete"
@@ -952,6 +957,8 @@ def audit(source: str, dest: Path, as_json: bool, verbose: bool, quiet: bool, **
             (report.extra, "extra"),
             (report.different, "different"),
         ]
+        if report.unknown:
+            counts.append((report.unknown, "unknown"))
         click.echo(
             summary_line("audit", verdict, counts, items=report.expected, seconds=report.seconds)
         )

@@ -113,7 +113,7 @@ def audit(
                     row = db.execute(
                         "SELECT gone FROM expected WHERE uri = ?", (known.uri,)
                     ).fetchone()
-                    if row is None or row[0]:
+                    if row is None or row[0] == _GONE:
                         try:
                             extra_path = mirror.path_for(known.uri)
                         except UnsafePath:
@@ -181,6 +181,19 @@ def audit(
             else:
                 report.different += 1
                 report.note("different", uri)
+        # Listed last with no change: what the copy should hold cannot be told (as `sync`
+        # says it on every run). Its file, if any, is not extra.
+        for (uri,) in db.execute(
+            "SELECT uri FROM expected WHERE gone = ? ORDER BY uri", (_UNKNOWN,)
+        ).fetchall():
+            if excluded(uri):
+                continue
+            report.unknown += 1
+            report.note("unknown", uri)
+            with contextlib.suppress(UnsafePath):
+                db.execute(
+                    "INSERT OR IGNORE INTO accounted VALUES (?)", (str(mirror.path_for(uri)),)
+                )
         # Files in DEST that no URI of the Source accounts for (put there by hand, or left by
         # another tool): extra too, named by their local path.
         for text in mirror.files():
@@ -281,8 +294,6 @@ def _expected_state(
     # is newer.
     behind = seconds_before(at, opts.lookback) if opts.lookback > 0 else None
     for res in changes:
-        if res.change is None:
-            continue
         if res.datetime is not None:
             if res.datetime <= at if behind is None else res.datetime < behind:
                 continue
@@ -296,11 +307,17 @@ def _expected_state(
                 res.loc,
                 res.length,
                 json.dumps(res.hashes),
-                1 if res.change == "deleted" else 0,
+                _GONE if res.change == "deleted" else _UNKNOWN if res.change is None else 0,
                 _stamp(res.lastmod),
                 res.type,
             ),
         )
+
+
+#: `expected.gone`: listed as deleted; listed last in a Change List with neither `change` nor
+#: `capability` (what it became is unknown).
+_GONE = 1
+_UNKNOWN = 2
 
 
 def _page_in_place(path: Path, listed: str | None, uri: str, length: int | None) -> bool:

@@ -24,7 +24,16 @@ from ..w3cdt import format_w3c, seconds_before
 from .discover import SetInfo
 from .mirror import UnsafePath
 from .paths import Unmapped
-from .plan import Plan, Planner, expect, resource_of, same, tell_warnings, undated_sig
+from .plan import (
+    Plan,
+    Planner,
+    expect,
+    resource_of,
+    same,
+    say_no_change,
+    tell_warnings,
+    undated_sig,
+)
 from .report import SetReport
 from .state import Cursor, keep_links
 
@@ -197,10 +206,8 @@ class ChangePlanner:
                     last = Cursor(t, res.loc)  # left out by choice: the cursor moves on
                 continue
             if res.change is None:
-                report.refused += 1
-                report.problem(
-                    res.loc, "a Change List entry with neither change nor capability: not fetched"
-                )
+                plan.add(res.loc, "unknown", res)
+                say_no_change(res.loc, plan, report)
                 continue
             try:
                 path = mirror.location(res.loc)

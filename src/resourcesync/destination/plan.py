@@ -33,7 +33,17 @@ from .report import SetReport
 from .state import Known, hashes_column, hashes_of, keep_links, links_column, path_key
 from .takeover import Takeover
 
-__all__ = ["Plan", "Planner", "expect", "resource_of", "same", "tell_warnings", "undated_sig"]
+__all__ = [
+    "NO_CHANGE",
+    "Plan",
+    "Planner",
+    "expect",
+    "resource_of",
+    "same",
+    "say_no_change",
+    "tell_warnings",
+    "undated_sig",
+]
 
 _BATCH = 2000
 #: Documents one walk of an index may read (10,000 parts of 50,000 entries is legitimate).
@@ -255,6 +265,28 @@ def resource_of(
         links=[link_from_json(d) for d in json.loads(links)] if links else [],
         type=type_,
         encoding=encoding,
+    )
+
+
+#: The reason a Change List entry with neither `change` nor `capability` is remembered with.
+NO_CHANGE = "a Change List entry with neither change nor capability"
+
+
+def say_no_change(uri: str, plan: Plan, report: SetReport) -> None:
+    """A Change List entry with neither `change` nor `capability`: never fetched (issue
+    10.4), and what it means for the copy — a creation, an update, a deletion — is unknown.
+    Planned as `unknown`, which the run remembers: every run says it again (once a plan)
+    until the Source lists a change for the URI, which replaces it, or a baseline takes the
+    resource from the Resource List. Forgotten, a run after the cursor has passed it would
+    say ok over a copy that may lack the change."""
+    if uri in plan.refused_said:
+        return
+    plan.refused_said.add(uri)
+    report.refused += 1
+    report.problem(
+        uri,
+        f"{NO_CHANGE}: not fetched; said by every run until the Source lists a change for it "
+        "(or `sync --baseline` takes it from the Resource List)",
     )
 
 

@@ -139,6 +139,9 @@ class AuditReport:
     #: Files the copy holds under URIs the audited Source's mapping does not cover (another
     #: Source synced into the same DEST, or this one's former address): not audited.
     others: int = 0
+    #: Listed last in a Change List with neither `change` nor `capability`: what the copy
+    #: should hold cannot be told, so the audit cannot say it is in sync.
+    unknown: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
     #: Examples kept of each kind (None: every one).
@@ -146,7 +149,7 @@ class AuditReport:
 
     @property
     def ok(self) -> bool:
-        return self.missing == 0 and self.extra == 0 and self.different == 0
+        return self.missing == 0 and self.extra == 0 and self.different == 0 and self.unknown == 0
 
     def note(self, kind: str, uri: str) -> None:
         ex = self.examples.setdefault(kind, [])

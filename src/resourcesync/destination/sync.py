@@ -49,7 +49,7 @@ from .held import check_held
 from .lock import CopyLock
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import Progress, Run, SyncOptions, scoped
-from .plan import Plan, Planner
+from .plan import NO_CHANGE, Plan, Planner, say_no_change
 from .remap import follow_mappings
 from .report import AuditReport, Problem, SetReport, SyncReport
 from .state import (
@@ -360,11 +360,14 @@ class _Syncer:
         taken = self.planner.taken
         seeded: set[str] = set()
         self._refused_seeds.clear()
-        for uri, expected, _ in self.state.failures(key):
+        for uri, expected, reason in self.state.failures(key):
             seeded.add(uri)
             if not taken(uri):
                 continue
             res = expected_resource(uri, expected)
+            if reason == NO_CHANGE:
+                plan.add(uri, "unknown", res)  # never fetched; said once the plan is made
+                continue
             try:
                 path = self.run.mirror.location(uri)
             except UnsafePath:
@@ -383,12 +386,16 @@ class _Syncer:
         return seeded
 
     def _refused_again(self, plan: Plan, report: SetReport) -> None:
-        """The URIs `_seed` found still refused their file, said as a listed one is (and
-        remembered again) where no change listed since replaced their plan."""
+        """The URIs `_seed` found still refused their file, or remembered as listed with no
+        change, said as a listed one is (and remembered again) where no change listed since
+        replaced their plan."""
         for uri, path, res in self._refused_seeds:
             if plan.planned(uri, "refused") is not None:
                 self.planner.claim(uri, plan, report, path, res=res)
         self._refused_seeds.clear()
+        # The Change List entries whose change is unknown, as remembered or listed again.
+        for uri, _ in plan.rows("unknown"):
+            say_no_change(uri, plan, report)
 
     def apply_changes(self, s: SetInfo, entries: Iterable[Resource]) -> SetReport:
         """Apply a batch of changes (a change notification's entries) with the same engine and
