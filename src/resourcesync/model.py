@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = [
+    "CHANGES",
     "CHANGE_CAPABILITIES",
     "INDEXABLE",
     "Capability",
@@ -54,6 +55,10 @@ class Change(StrEnum):
     CREATED = "created"
     UPDATED = "updated"
     DELETED = "deleted"
+
+
+#: The `change` values a change can be applied by (core 1.1 §12.1).
+CHANGES: frozenset[str] = frozenset(Change)
 
 
 #: Documents whose entries are changes, in forward chronological order.

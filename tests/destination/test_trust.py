@@ -16,6 +16,7 @@ from resourcesync.destination.discover import discover
 from resourcesync.destination.subscribe import _Applier
 from resourcesync.destination.sync import SyncOptions, sync
 from resourcesync.model import Resource
+from resourcesync.sitemap import validate
 from tests.destination.helpers import (
     cli,
     cli_json,
@@ -182,7 +183,7 @@ def test_an_entry_without_a_change_is_said_by_every_run_until_a_change_resolves_
         assert (found["unknown"], found["extra"], found["in_sync"]) == (1, 0, 0), found
         assert found["examples"] == {"unknown": [f"{b}/a.txt"]}, found
         text = cli("audit", b, dest).output
-        assert "1 unknown: listed last in a Change List with neither change" in text, text
+        assert "1 unknown: listed last in a Change List with no change" in text, text
         assert "--repair" not in text, text
         # Still said after the Source lists other changes (the cursor far past it).
         src.files["/b.txt"] = b"b"
@@ -1186,3 +1187,48 @@ def test_a_deletion_that_failed_is_made_by_the_next_run(tmp_path: Path, monkeypa
         assert code == 0, summary
         assert tree(dest) == {"a.txt": b"a2"}
         assert cli("audit", b, dest).exit_code == 0
+
+
+def test_a_change_value_in_another_case_is_read_as_it_means_another_word_is_not_applied(
+    tmp_path: Path,
+) -> None:
+    """`Deleted` or ` created` (a template's case or spaces) is read as the value it means,
+    one warning (read as written, the deletion was fetched, a 404 on every run, and `audit`
+    said in sync over the file the Source deleted); another word (`modified`) is a change
+    whose meaning is unknown: not applied, said by every run, `audit` unknown. The validator
+    still calls both errors."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        for name in ("a", "b", "c"):
+            src.files[f"/{name}.txt"] = name.encode()
+        src.publish([entry(b, "/a.txt", b"a"), entry(b, "/b.txt", b"b")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        del src.files["/a.txt"]
+        src.files["/b.txt"] = b"b, edited"
+        changes = [
+            {"loc": f"{b}/a.txt", "change": "Deleted", "datetime": "2024-01-02T00:00:00Z"},
+            entry(b, "/b.txt", b"b, edited", change="modified", datetime="2024-01-02T00:00:01Z"),
+            entry(b, "/c.txt", b"c", change=" created", datetime="2024-01-02T00:00:02Z"),
+        ]
+        src.docs["/changelist.xml"] = urlset("changelist", changes, **{"from": AT})
+        said = []
+        for _ in range(2):
+            code, summary = cli_json("sync", b, dest, "--delete")
+            assert code == 1 and _set(summary)["refused"] == 1, summary
+            messages = [(p["uri"], p["message"]) for p in _set(summary)["problems"]]
+            assert src.hits["/a.txt"] == 1 and tree(dest) == {"b.txt": b"b", "c.txt": b"c"}
+            assert any("rs:md change 'Deleted' read as 'deleted'" in m for _, m in messages), (
+                messages
+            )
+            said += [m for u, m in messages if u == f"{b}/b.txt" and "not fetched" in m]
+        # Named by the run that read it; by the next (the cursor past it) from what it kept.
+        assert said[0].startswith("a Change List entry with change 'modified', none of"), said
+        assert said[1].startswith("a Change List entry whose change is unknown"), said
+        code, found = cli_json("audit", b, dest)
+        assert code == 1, found
+        assert (found["unknown"], found["in_sync"], found["extra"]) == (1, 1, 0), found
+        # The validator sees the values as written.
+        report = validate(src.docs["/changelist.xml"])
+        values = [f for f in report.findings if f.rule == "core-12.1-change-value"]
+        assert len(values) == 3 and all(f.level == "error" for f in values), report.findings

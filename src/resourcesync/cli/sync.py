@@ -936,8 +936,9 @@ def audit(source: str, dest: Path, as_json: bool, verbose: bool, quiet: bool, **
                 click.echo(f"  {kind}: {display_iri(uri)}")
         if report.unknown:
             click.echo(
-                f"  {report.unknown:,} unknown: listed last in a Change List with neither change "
-                "nor capability, so what the copy should hold cannot be told (the Source's to mend)"
+                f"  {report.unknown:,} unknown: listed last in a Change List with no change "
+                "(or another word than created, updated, deleted), so what the copy should hold "
+                "cannot be told (the Source's to mend)"
             )
         if report.missing or report.extra or report.different:
             fix = f"resourcesync sync {source} {dest} --repair"

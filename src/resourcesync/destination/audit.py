@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import ReadError
 from ..hashing import ALGORITHMS
 from ..http import make_client
-from ..model import Resource
+from ..model import CHANGES, Resource
 from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..sniff import WINDOW, binary_type, looks_like_html, not_a_page_for
@@ -307,15 +307,15 @@ def _expected_state(
                 res.loc,
                 res.length,
                 json.dumps(res.hashes),
-                _GONE if res.change == "deleted" else _UNKNOWN if res.change is None else 0,
+                _GONE if res.change == "deleted" else 0 if res.change in CHANGES else _UNKNOWN,
                 _stamp(res.lastmod),
                 res.type,
             ),
         )
 
 
-#: `expected.gone`: listed as deleted; listed last in a Change List with neither `change` nor
-#: `capability` (what it became is unknown).
+#: `expected.gone`: listed as deleted; listed last in a Change List with no `change`, or
+#: another word than created, updated, deleted (what it became is unknown).
 _GONE = 1
 _UNKNOWN = 2
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import ReadError, ResourceSyncError
 from ..hashing import checkable
-from ..model import Resource
+from ..model import CHANGES, Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..sitemap.read import DocumentReader
@@ -30,9 +30,10 @@ from .plan import (
     expect,
     resource_of,
     same,
-    say_no_change,
+    say_unknown_change,
     tell_warnings,
     undated_sig,
+    unknown_change,
 )
 from .report import SetReport
 from .state import Cursor, keep_links
@@ -190,7 +191,7 @@ class ChangePlanner:
             ):
                 if t == cursor.datetime and res.loc == cursor.uri:
                     passed_cursor = True
-                if behind is None or t < behind or res.change is None:
+                if behind is None or t < behind or res.change not in CHANGES:
                     continue
                 # Behind the cursor: what earlier runs left to do (planned before the
                 # changes) stands; the rest is checked against the copy once planned.
@@ -205,9 +206,9 @@ class ChangePlanner:
                 if t is not None and t >= last.datetime:
                     last = Cursor(t, res.loc)  # left out by choice: the cursor moves on
                 continue
-            if res.change is None:
+            if res.change not in CHANGES:
                 plan.add(res.loc, "unknown", res)
-                say_no_change(res.loc, plan, report)
+                say_unknown_change(res.loc, unknown_change(res.change), plan, report)
                 continue
             try:
                 path = mirror.location(res.loc)

@@ -34,15 +34,16 @@ from .state import Known, hashes_column, hashes_of, keep_links, links_column, pa
 from .takeover import Takeover
 
 __all__ = [
-    "NO_CHANGE",
+    "UNKNOWN_CHANGE",
     "Plan",
     "Planner",
     "expect",
     "resource_of",
     "same",
-    "say_no_change",
+    "say_unknown_change",
     "tell_warnings",
     "undated_sig",
+    "unknown_change",
 ]
 
 _BATCH = 2000
@@ -268,24 +269,32 @@ def resource_of(
     )
 
 
-#: The reason a Change List entry with neither `change` nor `capability` is remembered with.
-NO_CHANGE = "a Change List entry with neither change nor capability"
+#: The reason a Change List entry whose change is unknown is remembered with.
+UNKNOWN_CHANGE = "a Change List entry whose change is unknown"
 
 
-def say_no_change(uri: str, plan: Plan, report: SetReport) -> None:
-    """A Change List entry with neither `change` nor `capability`: never fetched (issue
-    10.4), and what it means for the copy — a creation, an update, a deletion — is unknown.
-    Planned as `unknown`, which the run remembers: every run says it again (once a plan)
-    until the Source lists a change for the URI, which replaces it, or a baseline takes the
-    resource from the Resource List. Forgotten, a run after the cursor has passed it would
-    say ok over a copy that may lack the change."""
+def unknown_change(change: str | None) -> str:
+    """What is said of a Change List entry whose `change` is none of created, updated,
+    deleted (`model.CHANGES`)."""
+    if change is None:
+        return "a Change List entry with neither change nor capability"
+    return f"a Change List entry with change {change!r}, none of created, updated, deleted"
+
+
+def say_unknown_change(uri: str, what: str, plan: Plan, report: SetReport) -> None:
+    """A Change List entry whose change is unknown (`what`, from `unknown_change`): never
+    fetched (issue 10.4), and what it means for the copy — a creation, an update, a
+    deletion — cannot be told. Planned as `unknown`, which the run remembers: every run says
+    it again (once a plan) until the Source lists a change for the URI, which replaces it, or
+    a baseline takes the resource from the Resource List. Forgotten, a run after the cursor
+    has passed it would say ok over a copy that may lack the change."""
     if uri in plan.refused_said:
         return
     plan.refused_said.add(uri)
     report.refused += 1
     report.problem(
         uri,
-        f"{NO_CHANGE}: not fetched; said by every run until the Source lists a change for it "
+        f"{what}: not fetched; said by every run until the Source lists a change for it "
         "(or `sync --baseline` takes it from the Resource List)",
     )
 

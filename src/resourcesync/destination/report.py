@@ -139,8 +139,9 @@ class AuditReport:
     #: Files the copy holds under URIs the audited Source's mapping does not cover (another
     #: Source synced into the same DEST, or this one's former address): not audited.
     others: int = 0
-    #: Listed last in a Change List with neither `change` nor `capability`: what the copy
-    #: should hold cannot be told, so the audit cannot say it is in sync.
+    #: Listed last in a Change List with no `change` (nor `capability`), or another word than
+    #: created, updated, deleted: what the copy should hold cannot be told, so the audit
+    #: cannot say it is in sync.
     unknown: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0

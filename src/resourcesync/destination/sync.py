@@ -49,7 +49,7 @@ from .held import check_held
 from .lock import CopyLock
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import Progress, Run, SyncOptions, scoped
-from .plan import NO_CHANGE, Plan, Planner, say_no_change
+from .plan import UNKNOWN_CHANGE, Plan, Planner, say_unknown_change
 from .remap import follow_mappings
 from .report import AuditReport, Problem, SetReport, SyncReport
 from .state import (
@@ -365,7 +365,7 @@ class _Syncer:
             if not taken(uri):
                 continue
             res = expected_resource(uri, expected)
-            if reason == NO_CHANGE:
+            if reason == UNKNOWN_CHANGE:
                 plan.add(uri, "unknown", res)  # never fetched; said once the plan is made
                 continue
             try:
@@ -395,7 +395,7 @@ class _Syncer:
         self._refused_seeds.clear()
         # The Change List entries whose change is unknown, as remembered or listed again.
         for uri, _ in plan.rows("unknown"):
-            say_no_change(uri, plan, report)
+            say_unknown_change(uri, UNKNOWN_CHANGE, plan, report)
 
     def apply_changes(self, s: SetInfo, entries: Iterable[Resource]) -> SetReport:
         """Apply a batch of changes (a change notification's entries) with the same engine and

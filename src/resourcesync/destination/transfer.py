@@ -25,7 +25,7 @@ from ..model import Resource
 from .answer import NO_CACHE, cached_before, listed_codings, page_check
 from .mirror import IntegrityError, Located, UnsafePath
 from .options import Run
-from .plan import NO_CHANGE, Plan, same
+from .plan import UNKNOWN_CHANGE, Plan, same
 from .report import Action, SetReport
 from .state import expected_of, keep_links
 
@@ -533,13 +533,13 @@ class Transfer:
         """URIs refused while planning are kept as failures: the next run tries them again
         (and says they are refused again), so no later run says ok over a copy that lacks
         them (issue 14.10). So are the Change List entries whose change is unknown (said
-        again, never fetched: `plan.say_no_change`)."""
+        again, never fetched: `plan.say_unknown_change`)."""
         if self.run.options.dry_run:
             return
         for uri, res in plan.rows("refused"):
             self.run.state.fail(uri, expected_of(res), "refused", key)
         for uri, res in plan.rows("unknown"):
-            self.run.state.fail(uri, expected_of(res), NO_CHANGE, key)
+            self.run.state.fail(uri, expected_of(res), UNKNOWN_CHANGE, key)
         for uri, _ in plan.rows("gone"):
             self.run.state.forget(uri)  # a refused URI the Source has deleted since
 

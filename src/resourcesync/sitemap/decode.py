@@ -20,7 +20,7 @@ from lxml import etree
 
 from ..errors import FormatError, ReadError
 from ..hashing import ALGORITHMS, PLAIN_DIGEST, normalise_digest, parse_hashes
-from ..model import RS_NS, SITEMAP_NS, Document, Link, Resource
+from ..model import CHANGES, RS_NS, SITEMAP_NS, Document, Link, Resource
 from ..units import MAX_DIGITS, ascii_int
 from ..w3cdt import W3CDatetimeError, format_w3c, parse_bent, parse_w3c
 
@@ -188,6 +188,20 @@ class EntryDecoder:
                 self.warn(kind, f"{message}, and so may others in this document", line)
             return value
 
+    def _change(self, value: str, line: int) -> str:
+        """A `change` value. `Deleted` or ` updated` (the case or spaces of a value, as
+        templates write them) is read as the value it means, said once a document: read as
+        written, a deletion was fetched (404) on every run. Another word stays as written: the
+        Destination applies none such and says so on every run. The validator sees it as
+        written."""
+        read = value.strip().lower()
+        if self.on_problem is None and read != value and read in CHANGES:
+            self.warn(
+                "change-form", f"rs:md change {value!r} read as {read!r}, and so may others", line
+            )
+            return read
+        return value
+
     def warn(self, kind: str, message: str, line: int | None) -> None:
         """A rule the document bends that we read through: said once per document and kind."""
         if kind not in self._warned:
@@ -268,7 +282,7 @@ class EntryDecoder:
         elif key == "type":
             res.type = value
         elif key == "change":
-            res.change = value
+            res.change = self._change(value, line)
         elif key == "datetime":
             res.datetime = self._datetime(value, "rs:md datetime", line, loc)
         elif key == "encoding":
@@ -355,7 +369,9 @@ class EntryDecoder:
                     elif key == "type":
                         res.type = value
                     elif key == "change":
-                        res.change = value
+                        res.change = (
+                            value if value in CHANGES else self._change(value, child.sourceline)
+                        )
                     elif key == "datetime":
                         try:
                             res.datetime = parse_w3c(value)
