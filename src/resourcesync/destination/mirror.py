@@ -21,7 +21,8 @@ Everything the Destination writes goes through `Mirror`:
     is dropped.
   * Existing parents are resolved: a symlink that would take the path out of its mapping
     directory (or a mapping directory inside DEST that is itself a symlink out of DEST) is
-    refused, as is a file where a directory is needed or a directory where the file should be.
+    refused, as is a file where a directory is needed or a directory where the file should be
+    (`guard.DiskGuard`, which remembers the directories it found safe for the run).
 
 - `Mirror.incoming` receives one resource into a temporary file `.<name>.<random>.part` beside
   its target, checks its length and hashes, and only then renames it into place. A process
@@ -58,6 +59,7 @@ from .. import rng
 from ..atomic import fsync_dir
 from ..errors import ResourceSyncError
 from ..hashing import ALGORITHMS, MultiHasher, hash_file
+from .guard import DiskGuard
 from .journal import Journal
 from .paths import (
     INDEX_NAME,
@@ -166,13 +168,8 @@ class Mirror:
         self._dest_prefix = self._dest_str.rstrip("/") + "/"
         self.state_dir = self.dest / STATE_DIR_NAME
         self._state_str = str(self.state_dir)
-        self._state_prefix = self._state_str.rstrip(os.sep) + os.sep
-        self._state_real = os.path.realpath(self.state_dir)
-        self._safe_dirs: dict[str, str] = {}
-        #: The directories this run created: what is in them is what it put there (files
-        #: by O_EXCL and rename, and these directories), so a name there needs no `lstat`.
-        self._made_dirs: set[str] = set()
-        self._roots_real: dict[Path, str] = {}
+        #: What lies on the disk on the way to a path, checked before it is written.
+        self.guard = DiskGuard(self.dest, self.state_dir, dry_run=dry_run)
         self.fsync = fsync
         self.dry_run = dry_run
         #: Whether a file written gets the time it is given (`incoming(mtime=…)`: the
@@ -193,37 +190,8 @@ class Mirror:
     # -- where a URI lands ------------------------------------------------------------------
 
     def check_state_dir(self, *, create: bool) -> None:
-        """The state directory must be a real directory inside DEST: a symbolic link planted
-        there would have the state written (or read) elsewhere (issue 17.8). Created when
-        missing and `create` is set."""
-        path = self.state_dir
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            if create and not self.dry_run:
-                try:
-                    os.mkdir(path, 0o755)
-                except OSError as exc:
-                    raise ResourceSyncError(
-                        f"cannot create the state directory {path}: {exc.strerror or exc}",
-                        source=str(path),
-                    ) from None
-            return
-        except OSError as exc:
-            raise ResourceSyncError(
-                f"cannot use the state directory {path}: {exc.strerror or exc}", source=str(path)
-            ) from None
-        if stat.S_ISLNK(st.st_mode):
-            raise ResourceSyncError(
-                f"{path} is a symbolic link (to {os.readlink(path)}): the state must live inside "
-                "DEST; remove the link",
-                source=str(path),
-            )
-        if not stat.S_ISDIR(st.st_mode):
-            raise ResourceSyncError(
-                f"{path} is not a directory: the state must live there; move it away",
-                source=str(path),
-            )
+        """The state directory must be a real directory inside DEST (`DiskGuard`)."""
+        self.guard.check_state_dir(create=create)
 
     def path_for(self, uri: str) -> Path:
         """The absolute local path of `uri`; raises UnsafePath (see the module docstring)."""
@@ -259,117 +227,8 @@ class Mirror:
     def _locate(self, uri: str) -> tuple[str, Root]:
         """Where `uri` maps, with what lies on the disk on the way checked."""
         path, root = self._map(uri)
-        self._checked(uri, path, root)
+        self.guard.checked(uri, path, root)
         return path, root
-
-    def _checked(self, uri: str, path: str, root: Root, *, name: bool = True) -> None:
-        """`_check_location`, its refusal naming `uri`."""
-        try:
-            self._check_location(path, root, name=name)
-        except UnsafePath as exc:
-            if exc.source is None:
-                exc.source = uri
-            raise
-
-    def _check_location(self, path: str | Path, root: Root, *, name: bool = True) -> None:
-        """Refuse the state directory, symlinks out of the root, and file/directory conflicts
-        (on the way to `path`, and at `path` itself unless `name` is False).
-
-        A directory found safe is remembered for the rest of the run (we only ever create
-        directories and regular files; a directory is checked again if it did not exist yet),
-        so a sync of many files in one folder pays for the walk up its path once.
-        """
-        target = os.fspath(path)
-        if target.startswith(self._state_prefix) or target == self._state_str:
-            raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
-        try:
-            parent = os.path.dirname(target)
-            if parent not in self._safe_dirs:
-                self._check_parents(path, parent, root)
-            if not name:
-                return
-            if parent in self._made_dirs:
-                # (A first baseline's every file: the `lstat` of a name not there, and the
-                # exception it raises, were 1–2 % of a sync's CPU.)
-                if target in self._made_dirs:
-                    raise UnsafePath(f"{path} conflicts with an existing directory")
-                return
-            try:
-                st = os.lstat(target)
-            except FileNotFoundError:
-                return
-            if stat.S_ISDIR(st.st_mode):
-                raise UnsafePath(f"{path} conflicts with an existing directory")
-            if stat.S_ISLNK(st.st_mode):
-                real = os.path.realpath(target)
-                if not is_within(real, self._root_real(root)):
-                    raise UnsafePath(
-                        f"a symlink would take {path} out of {root.directory} (to {real})"
-                    )
-                if is_within(real, self._state_real):
-                    raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
-                if os.path.isdir(real):
-                    raise UnsafePath(f"{path} conflicts with an existing directory")
-        except OSError as exc:
-            raise UnsafePath(f"cannot check {path}: {exc.strerror or exc}") from None
-
-    def _check_parents(self, path: str | Path, parent: str, root: Root) -> None:
-        """Walk down from the root to `parent`, one `lstat` for each directory not yet known:
-        a file where a directory is needed, or a symlink out of the root or into the state, is
-        refused; each directory found safe is remembered with its real path. Below the first
-        missing one nothing exists, so nothing there can lead elsewhere."""
-        root_dir = str(root.directory)
-        real = self._root_real(root)
-        current = root_dir
-        rest = parent[len(root_dir) :].strip("/").split("/") if parent != root_dir else []
-        for i, seg in enumerate(rest):
-            current = f"{current}/{seg}" if current != "/" else f"/{seg}"
-            known = self._safe_dirs.get(current)
-            if known is not None:
-                real = known
-                continue
-            try:
-                st = os.lstat(current)
-            except FileNotFoundError:
-                below = os.path.join(real, *rest[i:])
-                if is_within(below, self._state_real):
-                    raise UnsafePath(
-                        f"would land in the state directory {STATE_DIR_NAME}"
-                    ) from None
-                return
-            if stat.S_ISLNK(st.st_mode):
-                real = os.path.realpath(current)
-                if not is_within(real, self._root_real(root)):
-                    raise UnsafePath(
-                        f"a symlink would take {path} out of {root.directory} (to {real})"
-                    )
-                if not os.path.isdir(real):
-                    raise UnsafePath(f"{current} conflicts with an existing file")
-            elif stat.S_ISDIR(st.st_mode):
-                real = f"{real}/{seg}" if real != "/" else f"/{seg}"
-            else:
-                raise UnsafePath(f"{current} conflicts with an existing file")
-            if is_within(real, self._state_real):
-                raise UnsafePath(f"would land in the state directory {STATE_DIR_NAME}")
-            self._safe_dirs[current] = real
-
-    def _root_real(self, root: Root) -> str:
-        real = self._roots_real.get(root.directory)
-        if real is None:
-            try:
-                real = os.path.realpath(root.directory)
-            except OSError as exc:
-                raise UnsafePath(f"cannot check {root.directory}: {exc}") from None
-            if root.inside_dest and not is_within(real, str(self.dest)):
-                raise UnsafePath(
-                    f"mapping directory {root.directory} is a symlink out of DEST (to {real})"
-                )
-            # Kept once the directory is there (a missing one may yet be created, by us or
-            # as a symlink), or for a dry run, which creates nothing: a dry run into an empty
-            # DEST resolved the root again for every resource.
-            if self.dry_run or os.path.isdir(root.directory):
-                self._roots_real[root.directory] = real
-        return real
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -399,7 +258,7 @@ class Mirror:
             # created with O_EXCL|O_NOFOLLOW and renamed over whatever is there (a symlink
             # is replaced, never written through; a directory makes the rename fail).
             path, root = at.path, at.root
-            self._checked(uri, path, root, name=False)
+            self.guard.checked(uri, path, root, name=False)
         return Incoming(
             self, uri, path, root, length=length, hashes=hashes, mtime=mtime if self.times else None
         )
@@ -429,11 +288,8 @@ class Mirror:
     def _make_parents(self, location: str, root: Root, uri: str) -> None:
         """Create the missing directories between the root and `location` (fsync'd when
         asked)."""
-        parent_text = os.path.dirname(location)
-        if parent_text in self._safe_dirs or (
-            parent_text == root.text and root.directory in self._roots_real
-        ):
-            return  # there, and checked by `_check_location` (it remembers directories)
+        if self.guard.known_dir(os.path.dirname(location), root):
+            return  # there, and checked (the guard remembers directories)
         path = Path(location)
         missing = []
         current = path.parent
@@ -447,7 +303,7 @@ class Mirror:
             for directory in reversed(missing):
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(directory)
-                    self._made_dirs.add(str(directory))
+                    self.guard.made(str(directory))
                     if self.fsync:
                         fsync_dir(directory.parent)
         except OSError as exc:
@@ -455,7 +311,7 @@ class Mirror:
                 f"cannot create {directory}: {exc.strerror or exc}", source=uri
             ) from None
         # Between the check and the mkdir a symlink could have appeared; look again.
-        self._check_location(path, root)
+        self.guard.check(path, root)
 
     def delete(self, uri: str) -> bool:
         """Remove the local copy of `uri` (never a directory) and the directories it leaves empty,
@@ -636,7 +492,7 @@ class Mirror:
         path)`: the md5 the state holds for that place, None when it holds nothing there);
         return how many (`Journal.remove_unrecorded`)."""
         tops = [os.path.realpath(t) for t in [*(r.directory for r in self._roots), self.dest]]
-        return self._journal.remove_unrecorded(recorded, self.stored, tops, self._state_real)
+        return self._journal.remove_unrecorded(recorded, self.stored, tops, self.guard.state_real)
 
 
 class Incoming:
