@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = [
+    "CAPABILITIES",
     "CHANGES",
     "CHANGE_CAPABILITIES",
     "INDEXABLE",
@@ -56,6 +57,9 @@ class Change(StrEnum):
     UPDATED = "updated"
     DELETED = "deleted"
 
+
+#: Every `capability` value (`Capability`).
+CAPABILITIES: frozenset[str] = frozenset(Capability)
 
 #: The `change` values a change can be applied by (core 1.1 §12.1).
 CHANGES: frozenset[str] = frozenset(Change)

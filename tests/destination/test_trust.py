@@ -1232,3 +1232,46 @@ def test_a_change_value_in_another_case_is_read_as_it_means_another_word_is_not_
         report = validate(src.docs["/changelist.xml"])
         values = [f for f in report.findings if f.rule == "core-12.1-change-value"]
         assert len(values) == 3 and all(f.level == "error" for f in values), report.findings
+
+
+def test_a_capability_in_another_case_is_read_as_it_means(tmp_path: Path) -> None:
+    """`capability="ResourceList"` (a template's case, or spaces): read as the value it means,
+    one warning a document. Read as written, the Capability List named no Resource List (and
+    a list saying `ResourceList` was refused as another kind of document, exit 2). The
+    validator still calls it an error."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.files["/b.txt"] = b"b"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        src.docs["/.well-known/resourcesync"] = urlset(
+            "Description", [{"loc": f"{b}/capabilitylist.xml", "capability": "CapabilityList"}]
+        )
+        src.docs["/capabilitylist.xml"] = urlset(
+            " capabilitylist",
+            [
+                {"loc": f"{b}/resourcelist.xml", "capability": "ResourceList"},
+                {"loc": f"{b}/changelist.xml", "capability": "CHANGELIST"},
+            ],
+        )
+        src.docs["/resourcelist.xml"] = urlset("ResourceList", [entry(b, "/a.txt", b"a")], at=AT)
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0, summary
+        assert tree(dest) == {"a.txt": b"a"}
+        warned = [p["message"] for p in _set(summary)["problems"]]
+        assert any("capability 'ResourceList' read as 'resourcelist'" in m for m in warned), warned
+        src.docs["/changelist.xml"] = urlset(
+            "ChangeList",
+            [entry(b, "/b.txt", b"b", change="created", datetime="2024-01-02T00:00:00Z")],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and _set(summary)["mode"] == "incremental", summary
+        assert tree(dest) == {"a.txt": b"a", "b.txt": b"b"}
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 2, found
+        report = validate(src.docs["/resourcelist.xml"])
+        assert any(f.level == "error" and "ResourceList" in f.message for f in report.findings), (
+            report.findings
+        )

@@ -20,7 +20,7 @@ from lxml import etree
 
 from ..errors import FormatError, ReadError
 from ..hashing import ALGORITHMS, PLAIN_DIGEST, normalise_digest, parse_hashes
-from ..model import CHANGES, RS_NS, SITEMAP_NS, Document, Link, Resource
+from ..model import CAPABILITIES, CHANGES, RS_NS, SITEMAP_NS, Document, Link, Resource
 from ..units import MAX_DIGITS, ascii_int
 from ..w3cdt import W3CDatetimeError, format_w3c, parse_bent, parse_w3c
 
@@ -188,6 +188,21 @@ class EntryDecoder:
                 self.warn(kind, f"{message}, and so may others in this document", line)
             return value
 
+    def _capability(self, value: str, line: int) -> str:
+        """A `capability` value in another case or with spaces (`ResourceList`) is read as the
+        value it means, said once a document: read as written, a Source's lists were not
+        found, or refused as another kind of document. Anything else stays as written. The
+        validator sees it as written."""
+        read = value.strip().lower()
+        if self.on_problem is None and read != value and read in CAPABILITIES:
+            self.warn(
+                "capability-form",
+                f"rs:md capability {value!r} read as {read!r}, and so may others",
+                line,
+            )
+            return read
+        return value
+
     def _change(self, value: str, line: int) -> str:
         """A `change` value. `Deleted` or ` updated` (the case or spaces of a value, as
         templates write them) is read as the value it means, said once a document: read as
@@ -260,7 +275,9 @@ class EntryDecoder:
     def _md(self, attrib: Any, target: Any, line: int, loc: str | None) -> None:
         for key, value in attrib.items():
             if key == "capability":
-                target.capability = value
+                target.capability = (
+                    value if value in CAPABILITIES else self._capability(value, line)
+                )
             elif key == "at":
                 target.at = self._datetime(value, "rs:md at", line, loc)
             elif key == "completed":
