@@ -46,3 +46,29 @@ def test_a_failing_resource_is_fetched_from_its_mirrors_in_pri_order(tmp_path: P
         assert "HTTP 404" in messages["b.txt"]
         assert src.hits.get("/m2/a.txt") is None
         assert not (dest / "b.txt").exists()
+
+
+def test_a_relation_type_in_another_case_is_the_same_relation(tmp_path: Path) -> None:
+    """RFC 8288 §2.1.1: registered relation types compare without regard to case, so a
+    mirror linked as `rel="Duplicate"` (or ` duplicate`) is a mirror, said once a document;
+    read as written it was never tried."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+
+        async def broken(request: Any) -> Any:
+            return PlainTextResponse("down", status_code=404)
+
+        src.handlers["/a.txt"] = broken
+        src.files["/m1/a.txt"] = b"alpha"
+        src.publish([entry(b, "/a.txt", b"alpha")])
+        tag = f'<rs:ln rel="Duplicate" href="{b}/m1/a.txt" pri="1"/>'
+        src.docs["/resourcelist.xml"] = src.docs["/resourcelist.xml"].replace(
+            f"<loc>{b}/a.txt</loc>".encode(), f"<loc>{b}/a.txt</loc>{tag}".encode(), 1
+        )
+        code, summary = cli_json("sync", b, dest, "--retries", "0")
+        assert code == 0, summary
+        assert tree(dest) == {"a.txt": b"alpha"}, summary
+        messages = [p["message"] for p in summary["sets"][0]["problems"]]
+        assert any("rs:ln rel 'Duplicate' read as 'duplicate'" in m for m in messages), messages
+        assert any("fetched from its mirror" in m for m in messages), messages

@@ -28,6 +28,28 @@ __all__ = ["MAX_ATTRIBUTES", "SCHEME", "EntryDecoder", "ProblemHandler", "local_
 
 #: The common case, checked first: a reference that is surely absolute.
 _ABSOLUTE = ("http://", "https://")
+#: Link relation types as ResourceSync documents write them (the common case: nothing to do).
+_RELS = frozenset(
+    {
+        "alternate",
+        "canonical",
+        "collection",
+        "contents",
+        "describedby",
+        "describes",
+        "duplicate",
+        "hub",
+        "index",
+        "memento",
+        "original",
+        "patch",
+        "self",
+        "timegate",
+        "timemap",
+        "up",
+        "via",
+    }
+)
 #: A URI scheme (RFC 3986 §3.1): a reference that has one is not relative.
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 #: Attributes read from one element. An `<rs:md>` has a dozen at most; lxml hands attribute
@@ -188,6 +210,18 @@ class EntryDecoder:
                 self.warn(kind, f"{message}, and so may others in this document", line)
             return value
 
+    def _rel(self, rel: str, line: int) -> str:
+        """A relation type in another case or with spaces (`Duplicate`, `Contents`): RFC 8288
+        §2.1.1 compares registered types without regard to case, so it is read in lower
+        case, said once a document (the validator, which sees it as written, calls it an
+        error). An extension type is a URI: kept as written."""
+        read = rel.strip()
+        if ":" not in read:
+            read = read.lower()
+        if read != rel:
+            self.warn("rel-form", f"rs:ln rel {rel!r} read as {read!r}, and so may others", line)
+        return read
+
     def _capability(self, value: str, line: int) -> str:
         """A `capability` value in another case or with spaces (`ResourceList`) is read as the
         value it means, said once a document: read as written, a Source's lists were not
@@ -318,6 +352,8 @@ class EntryDecoder:
         href = href.strip()
         if not href.startswith(_ABSOLUTE) and self.base_url is not None:
             href = self._resolved(href, "rs:ln href", line)
+        if rel not in _RELS and self.on_problem is None:
+            rel = self._rel(rel, line)
         link = Link(rel=rel, href=href)
         for key, value in attrib.items():
             if key in ("rel", "href"):
