@@ -10,29 +10,25 @@ Hostile input is refused with a `ReadError` naming the input and line: any DOCTY
 entity expansion and no external DTD or entity is ever loaded — the parser runs with entity
 resolution, DTD loading and network access off as a second wall), binary garbage, truncation,
 inputs past a size cap (counted after gzip decompression, so a gzip bomb stops at the cap).
+
+The bytes come through `stream.DocumentInput` (opening, gzip, the cap, the prolog); the
+elements become values in `decode.EntryDecoder`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Iterable, Iterator
 from types import TracebackType
-from typing import IO, Any
-from urllib.parse import urlsplit
+from typing import Any
 
 from lxml import etree
 
 from ..errors import ReadError
-from ..inflate import Inflate, InflateError
 from ..model import Document, Resource
-from ..sniff import looks_like_html
 from .decode import (
     RS_LN,
     RS_MD,
-    SCHEME,
     SITEMAP,
     SITEMAPINDEX,
     URL,
@@ -41,6 +37,7 @@ from .decode import (
     ProblemHandler,
     local_name,
 )
+from .stream import HTML_PAGE, DocumentInput, Source, is_url
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -55,85 +52,8 @@ __all__ = [
 #: Largest input accepted by default (after decompression). The spec caps a sitemap at 50 MB;
 #: we read larger ones (our own benchmarks use 1,000,000 entries) but not without bound.
 DEFAULT_MAX_BYTES = 2 * 1024**3
-#: Bytes fed to the parser at a time: the entries of one chunk are decoded while they are
-#: still in the processor's cache (64 KiB, about 250 entries: `validate` 4 % under 256 KiB).
-CHUNK = 1 << 16
-Source = str | os.PathLike[str] | bytes | bytearray | IO[bytes]
-
-#: What a document that is an HTML page is refused as (a site's page, or its sign-in or error
-#: page answered 200: discovery takes it for no document there).
-HTML_PAGE = "an HTML page, not a ResourceSync document"
-# What may stand before the root element: the XML declaration, PIs, comments, white space.
-_PROLOG = re.compile(rb"(?:\xef\xbb\xbf)?(?:\s+|<\?.*?\?>|<!--.*?-->)*", re.DOTALL)
-#: The root element's end tag, and what in text after it would be entries of a sitemap.
-_ROOT_END = re.compile(rb"</(?:[\w.-]+:)?(?:urlset|sitemapindex)\s*>")
+#: What in text after the root element would be entries of a sitemap.
 _ENTRY_LIKE = re.compile(rb"<(?:[\w.-]+:)?(?:urlset|sitemapindex|url|sitemap|loc)[\s/>]")
-
-
-def is_url(text: str) -> bool:
-    """Whether `text` names an http(s) URL (rather than a file), from its scheme alone: a
-    malformed one (`http://[::1/`) is a URL that cannot be read, not a file's name."""
-    scheme = SCHEME.match(text)
-    return scheme is not None and scheme.group().lower() in ("http:", "https:")
-
-
-class _Chunks:
-    """Chunks of raw bytes from any source, decompressing gzip and enforcing the size cap."""
-
-    def __init__(self, raw: Iterator[bytes], name: str, max_bytes: int) -> None:
-        self._raw = raw
-        self._name = name
-        self._max = max_bytes
-        self.total = 0
-
-    def __iter__(self) -> Iterator[bytes]:
-        first = b""
-        for chunk in self._raw:
-            first += chunk
-            if len(first) >= 2:
-                break
-        if first[:2] == b"\x1f\x8b":
-            yield from self._capped(self._gunzip(first))
-        else:
-            yield from self._capped(self._chain(first))
-
-    def _chain(self, first: bytes) -> Iterator[bytes]:
-        if first:
-            yield first
-        yield from self._raw
-
-    def _gunzip(self, first: bytes) -> Iterator[bytes]:
-        """The gzip file's content (`inflate.Inflate`: every member, NUL padding between
-        skipped), in bounded pieces: a bomb cannot blow up in one step."""
-        d = Inflate("gzip", CHUNK)
-        try:
-            for chunk in self._chain(first):
-                yield from d.feed(chunk)
-            yield from d.finish()
-        except InflateError as exc:
-            if exc.kind == "cut":
-                raise ReadError("truncated gzip data", source=self._name) from None
-            if exc.kind == "after":
-                raise ReadError(
-                    "corrupt gzip data: not a gzip member after the end of one", source=self._name
-                ) from None
-            raise ReadError(f"corrupt gzip data: {exc.detail}", source=self._name) from None
-
-    def _capped(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
-        for chunk in chunks:
-            self.total += len(chunk)
-            if self.total > self._max:
-                raise ReadError(
-                    f"larger than the limit of {self._max} bytes (raise it with --max-size)",
-                    source=self._name,
-                )
-            if chunk:
-                yield chunk
-
-
-def _file_chunks(f: IO[bytes]) -> Iterator[bytes]:
-    while chunk := f.read(CHUNK):
-        yield chunk
 
 
 class DocumentReader:
@@ -154,17 +74,14 @@ class DocumentReader:
         on_problem: ProblemHandler | None = None,
     ) -> None:
         self.max_bytes = max_bytes
-        self._client = client
-        self._closers: list[Callable[[], None]] = []
-        self.url: str | None = None
+        #: The bytes (`stream.DocumentInput`).
+        self._input = DocumentInput(source, name, client, max_bytes)
+        self.name = self._input.name
+        self.url = self._input.url
         #: What relative references resolve against: the URL the document was retrieved
         #: from, after redirects (RFC 3986 §5.1.3).
-        self.base_url: str | None = None
-        self.path: Path | None = None
-        raw = self._open(source, name)
-        self._chunks = _Chunks(raw, self.name, max_bytes)
-        self._prolog_checked = False
-        self._chunk_iter: Iterator[bytes] | None = iter(self._chunks)
+        self.base_url = self._input.base_url
+        self.path = self._input.path
         self._parser = etree.XMLPullParser(
             events=("end",),
             # The root's end too (once a document): what follows it is outside the document.
@@ -186,7 +103,6 @@ class DocumentReader:
         self._root_checked = False
         #: The root element, once it has ended.
         self._ended: Any = None
-        self._fed = (b"", b"")
         self._entry_tag: str | None = None
         self._header_count = 0
         self._done = False
@@ -215,59 +131,6 @@ class DocumentReader:
     def on_problem(self, handler: ProblemHandler | None) -> None:
         self._decoder.on_problem = handler
 
-    # -- opening ---------------------------------------------------------------------------
-
-    def _open(self, source: Source, name: str | None) -> Iterator[bytes]:
-        if isinstance(source, bytes | bytearray):
-            self.name = name or "<bytes>"
-            data = bytes(source)
-            return iter([data[i : i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""])
-        if isinstance(source, str) and is_url(source):
-            self.url = source
-            self.name = name or source
-            return self._open_url(source)
-        if isinstance(source, str | os.PathLike):
-            path = Path(source)
-            self.path = path
-            self.name = name or str(source)
-            try:
-                f = open(path, "rb")  # noqa: SIM115 - closed by close()
-            except FileNotFoundError:
-                scheme = urlsplit(str(source)).scheme
-                if "://" in str(source) and scheme:
-                    # `htp://…`, `ftp://…`: not a file that is missing, a URL we do not read.
-                    raise ReadError(
-                        f"unsupported URL scheme {scheme + ':'!r}: http:// and https:// URLs "
-                        "are read, or give a file's path",
-                        source=self.name,
-                    ) from None
-                raise ReadError("no such file", source=self.name) from None
-            except IsADirectoryError:
-                raise ReadError("is a directory, not a document", source=self.name) from None
-            except OSError as exc:
-                raise ReadError(f"cannot open: {exc.strerror}", source=self.name) from None
-            self._closers.append(f.close)
-            return _file_chunks(f)
-        if hasattr(source, "read"):
-            self.name = name or getattr(source, "name", None) or "<stream>"
-            return _file_chunks(source)
-        raise TypeError(f"cannot read a document from {type(source).__name__}")
-
-    def _open_url(self, url: str) -> Iterator[bytes]:
-        from .. import http
-
-        stream = http.open_stream(url, client=self._client)
-        response = stream.__enter__()
-        self.base_url = str(response.url)
-
-        def close_stream() -> None:
-            stream.__exit__(None, None, None)
-
-        self._closers.append(close_stream)
-        # Sitemaps served with Content-Encoding: gzip are decoded by httpx; `.xml.gz` bodies
-        # served as application/gzip stay compressed and are detected by their magic bytes.
-        return http.iter_body(response, url, CHUNK)
-
     # -- context manager -------------------------------------------------------------------
 
     def __enter__(self) -> DocumentReader:
@@ -282,11 +145,7 @@ class DocumentReader:
         self.close()
 
     def close(self) -> None:
-        while self._closers:
-            closer = self._closers.pop()
-            with contextlib.suppress(Exception):  # closing must not hide the real outcome
-                closer()
-        self._chunk_iter = None
+        self._input.close()
 
     # -- the stream ------------------------------------------------------------------------
 
@@ -299,6 +158,11 @@ class DocumentReader:
         if self._document is None:
             raise ReadError("no document was read", source=self.name)
         return self._document
+
+    @property
+    def size(self) -> int:
+        """The bytes read so far (after decompression): the whole document's once read."""
+        return self._input.chunks.total
 
     @property
     def is_index(self) -> bool:
@@ -335,7 +199,7 @@ class DocumentReader:
         msg = exc.msg if hasattr(exc, "msg") and exc.msg else str(exc)
         # libxml2 messages end with ", line N, column M": the line is in our address already.
         msg = msg.split(", line ")[0].strip()
-        if "Document is empty" in msg or (self._chunks.total == 0):
+        if "Document is empty" in msg or self.size == 0:
             return ReadError("empty document (no XML)", source=self.name, line=line)
         return ReadError(f"not well-formed XML: {msg}", source=self.name, line=line)
 
@@ -347,17 +211,7 @@ class DocumentReader:
             self._release(*self._unreleased)
             self._unreleased = None
         parser = self._parser
-        chunk = None
-        if self._chunk_iter is not None:
-            try:
-                chunk = next(self._chunk_iter)
-            except StopIteration:
-                chunk = None
-        if chunk is not None and not self._prolog_checked:
-            chunk = self._check_prolog(chunk)
-        if chunk is not None:
-            # The last two chunks fed: where text after the root element begins (`_after_root`).
-            self._fed = (self._fed[1], chunk)
+        chunk = self._input.next(self._decoder.warn if self.on_problem is None else None)
         try:
             if chunk is not None:
                 parser.feed(chunk)
@@ -396,14 +250,10 @@ class DocumentReader:
         tag not among the last bytes read). When it looks like more of a list — a second
         document or stray entries after `</urlset>`, two lists written into one answer — it
         would be resources the copy lacks while the sync said ok: ReadError."""
-        data = self._fed[0] + self._fed[1]
-        end = _ROOT_END.search(data)
-        if end is None:
+        tail = self._input.after_root()
+        if tail is None:
             return False
-        tail = [data[end.end() :]]
-        if self._chunk_iter is not None:
-            tail.extend(self._chunk_iter)
-        found = _ENTRY_LIKE.search(b"".join(tail))
+        found = _ENTRY_LIKE.search(tail)
         if found is None:
             return True
         raise ReadError(
@@ -413,69 +263,6 @@ class DocumentReader:
             source=self.name,
             line=exc.lineno or None,
         )
-
-    def _check_prolog(self, chunk: bytes) -> bytes:
-        """Refuse a DOCTYPE before the parser sees it: libxml2 would otherwise meet an entity
-        bomb (and say so in its own words) before we meet the root element. The prolog is read
-        until the root element starts (at most 1 MiB of it)."""
-        head = chunk
-        while True:
-            text = head
-            if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-                text = head.decode("utf-16", errors="replace").encode("utf-8")
-            if looks_like_html(text):
-                # A sign-in or error page answered 200 for the document, most often.
-                raise ReadError(
-                    f"{HTML_PAGE} (a sign-in or error page?)",
-                    source=self.name,
-                    line=1,
-                )
-            m = _PROLOG.match(text)
-            end = m.end() if m else 0
-            rest = text[end : end + 9]
-            if rest == b"<!DOCTYPE":
-                raise ReadError(
-                    "DOCTYPE declarations are not allowed in ResourceSync documents "
-                    "(refused: entities and DTDs are never loaded)",
-                    source=self.name,
-                    line=text.count(b"\n", 0, end) + 1,
-                )
-            # More is needed while the prolog might still be going on: an unclosed comment or
-            # PI, or too few bytes to tell what comes next.
-            complete = not (
-                (len(rest) < 9 and b"<!DOCTYPE".startswith(rest))
-                or rest.startswith((b"<!--", b"<?"))
-            )
-            if complete or len(head) > (1 << 20) or self._chunk_iter is None:
-                break
-            try:
-                head += next(self._chunk_iter)
-            except StopIteration:
-                self._chunk_iter = None
-                break
-        self._prolog_checked = True
-        return head if self.on_problem is not None else self._declaration_first(head)
-
-    def _declaration_first(self, head: bytes) -> bytes:
-        """A document with blank lines or spaces before its XML declaration (a generator's
-        stray newline: PHP includes, templates) is not well-formed XML, and was not read at
-        all. For a Destination the declaration is moved before them, said once; the lines
-        after it keep their numbers. The validator still calls it unreadable."""
-        bom = b"\xef\xbb\xbf" if head.startswith(b"\xef\xbb\xbf") else b""
-        body = head[len(bom) :]
-        stripped = body.lstrip(b" \t\r\n")
-        if len(stripped) == len(body) or not stripped.startswith(b"<?xml"):
-            return head
-        end = stripped.find(b"?>")
-        if end < 0 or not stripped[5:6].isspace():
-            return head
-        self._decoder.warn(
-            "declaration",
-            "whitespace before the XML declaration (not well-formed XML): read without it",
-            1,
-        )
-        gap = body[: len(body) - len(stripped)]
-        return bom + stripped[: end + 2] + gap + stripped[end + 2 :]
 
     def _check_root(self, root: Any) -> None:
         if self._root_checked:

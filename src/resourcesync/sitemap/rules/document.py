@@ -196,7 +196,7 @@ class DocumentChecker:
                 "(split it into an index, §7; duplicates were looked for among the first "
                 f"{DUPLICATE_WINDOW})",
             )
-        size = reader._chunks.total
+        size = reader.size
         if size > SITEMAP_MAX_BYTES:
             self.warning(
                 "sitemap-max-bytes", f"{size} bytes: over the Sitemap limit of 50 MB (split it, §7)"
