@@ -109,9 +109,10 @@ class Deletions:
                 continue
             except (ResourceSyncError, OSError) as exc:
                 report.failed += 1
-                why = exc.message if isinstance(exc, ResourceSyncError) else exc.strerror or exc
-                prefix = "" if isinstance(exc, ResourceSyncError) else "cannot delete: "
-                report.problem(uri, f"{prefix}{why}")
+                if isinstance(exc, ResourceSyncError):
+                    report.problem(uri, exc.message)
+                else:
+                    report.problem(uri, f"cannot delete: {exc.strerror or exc}")
                 if not opts.dry_run:
                     # Kept pending: the next run with --delete makes it. Forgotten, the next
                     # run said ok over the file the Source deleted.
