@@ -150,6 +150,48 @@ def test_a_change_list_of_change_lists_is_followed_not_downloaded(tmp_path: Path
         assert "/mystery" not in src.hits and "mystery" not in tree(dest)
 
 
+def test_a_resource_list_of_resource_lists_is_followed_not_downloaded(tmp_path: Path) -> None:
+    """The sibling of issue 10.4 for Resource Lists: a list of lists written as a urlset (its
+    entries carry `capability="resourcelist"`) was synced by storing the parts as content and
+    said ok over a copy lacking every resource they list (and `audit` said in sync). Parts
+    are followed as an index's are, said once; another document listed there is no resource:
+    said, never fetched."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        for name in ("a", "b", "c"):
+            src.files[f"/{name}.txt"] = name.encode()
+        src.publish([], at=AT)
+        src.docs["/resourcelist.xml"] = urlset(
+            "resourcelist",
+            [
+                {"loc": f"{b}/rl1.xml", "capability": "resourcelist"},
+                entry(b, "/a.txt", b"a"),
+                {"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"},
+                {"loc": f"{b}/rl2.xml", "capability": "resourcelist"},
+            ],
+            at=AT,
+        )
+        src.docs["/rl1.xml"] = urlset("resourcelist", [entry(b, "/b.txt", b"b")], at=AT)
+        src.docs["/rl2.xml"] = urlset("resourcelist", [entry(b, "/c.txt", b"c")], at=AT)
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0, summary
+        assert tree(dest) == {"a.txt": b"a", "b.txt": b"b", "c.txt": b"c"}
+        messages = [(p["uri"], p["message"]) for p in _set(summary)["problems"]]
+        assert any("a resourcelist listed as an entry of a resourcelist" in m for _, m in messages)
+        assert (f"{b}/resourcedump.xml", True) in [
+            (u, "not a resource, not fetched" in m) for u, m in messages
+        ], messages
+        assert "/resourcedump.xml" not in src.hits
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 3, found
+        # A part that changes is seen, and what it no longer lists is deleted.
+        src.docs["/rl2.xml"] = urlset("resourcelist", [], at="2024-01-02T00:00:00Z")
+        code, summary = cli_json("sync", b, dest, "--delete", "--baseline")
+        assert code == 0 and _set(summary)["deleted"] == 1, summary
+        assert tree(dest) == {"a.txt": b"a", "b.txt": b"b"}
+
+
 def test_an_entry_without_a_change_is_said_by_every_run_until_a_change_resolves_it(
     tmp_path: Path,
 ) -> None:

@@ -269,7 +269,8 @@ def _expected_state(
                 pass
             continue
         for _, res in visit.entries():
-            expected(res)
+            if res.capability is None:  # a document listed there is no resource (`sync`)
+                expected(res)
     db.executemany(insert, batch)
     if at is None:
         return

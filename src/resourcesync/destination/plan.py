@@ -433,6 +433,16 @@ class Planner:
             # repair takes into the state as it plans (`_adopt`).
             track = not self._empty or self.run.options.repair
             for _, res in visit.entries():
+                if res.capability is not None:
+                    # A document (a dump, a Capability List), not a resource: never stored
+                    # as content, as in a Change List (issue 10.4). A Resource List listed
+                    # so is followed as a part (`Visit.entries`).
+                    report.problem(
+                        res.loc,
+                        f"a {res.capability} document listed in the Resource List "
+                        f"{visit.name}: not a resource, not fetched",
+                    )
+                    continue
                 if track:
                     seen.append(res.loc)
                     if len(seen) >= _BATCH:

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ..errors import ReadError
-from ..model import Capability, Resource
+from ..model import INDEXABLE, Capability, Resource
 from .read import DEFAULT_MAX_BYTES, DocumentReader, ProblemHandler, Source, is_url, open_document
 
 __all__ = [
@@ -134,11 +134,30 @@ class Visit:
         return self.reader.name
 
     def entries(self) -> Iterator[tuple[int, Resource]]:
+        """The document's entries. Following, an entry of a urlset that carries the list's own
+        capability (`<rs:md capability="resourcelist"/>` in a Resource List: a list of lists
+        written as a urlset, not as a sitemapindex) is a part, followed as an index's; with
+        FOLLOW_INDEX it is not given as an entry (it is no resource: read as one, the part
+        was stored as content and the resources it lists were never seen), said once."""
         if self._mode == FOLLOW_NONE:
             yield from self.reader.entries()
             return
+        doc = self.reader.document
+        own = doc.capability if not doc.index and doc.capability in INDEXABLE else None
         for line, res in self.reader.entries():
-            if len(self._found) < self._limit:
+            if own is not None and res.capability == own:
+                if len(self._found) < self._limit:
+                    self._found.append(res.loc)
+                if self._mode == FOLLOW_INDEX:
+                    self.reader.warn(
+                        "nested-list",
+                        f"a {own} listed as an entry of a {own} (a list of lists written as a "
+                        "urlset, not as a sitemapindex): followed as an index's part, and so "
+                        "may others",
+                        line,
+                    )
+                    continue
+            elif len(self._found) < self._limit:
                 self._found.extend(children(self.reader, res, self._mode))
             yield line, res
 

@@ -159,6 +159,11 @@ class DocumentReader:
             raise ReadError("no document was read", source=self.name)
         return self._document
 
+    def warn(self, kind: str, message: str, line: int | None) -> None:
+        """A rule the document bends that its reader reads through (`warnings`): said once
+        per document and kind."""
+        self._decoder.warn(kind, message, line)
+
     @property
     def size(self) -> int:
         """The bytes read so far (after decompression): the whole document's once read."""
