@@ -27,7 +27,7 @@ from .mirror import IntegrityError, Located, UnsafePath
 from .options import Run
 from .plan import UNKNOWN_CHANGE, Plan, same
 from .report import Action, SetReport
-from .state import expected_of, keep_links
+from .state import Known, expected_of, keep_links
 
 __all__ = ["Transfer"]
 
@@ -327,45 +327,7 @@ class Transfer:
                         last_error = f"{stale}: not taken (retried by the next run)"
                         continue
                     if response.status_code == 304:
-                        # Not modified at the Source; trusted only if our copy is still what
-                        # we wrote (and, when the list gives digests, what it describes).
-                        local = mirror.dest / known.path if known is not None else None
-                        if (
-                            known is not None
-                            and local is not None
-                            and (
-                                same(known.hashes, known.length, res, known.lastmod)
-                                if checkable(res.hashes)
-                                # A 304 against a list that gives another length: the list
-                                # is the Source's word (a weak or stale validator is not).
-                                else res.length is None or res.length == known.length
-                            )
-                            and verified_copy(self.run, uri, local, known.length, known.hashes)
-                        ):
-                            report.not_modified += 1
-                            state.clear_failure(uri)
-                            mirror.keep_time(str(local), res.lastmod)
-                            if res.lastmod is not None and not same(
-                                known.hashes, known.length, res, known.lastmod
-                            ):
-                                # Recorded with the Source's new <lastmod> (and the links it
-                                # gives now): the next run's quick check holds again.
-                                self._record(
-                                    (
-                                        uri,
-                                        known.path,
-                                        known.length,
-                                        known.hashes,
-                                        res.lastmod,
-                                        response.headers.get("ETag") or known.etag,
-                                        response.headers.get("Last-Modified")
-                                        or known.last_modified,
-                                        key,
-                                        res.links,
-                                    )
-                                )
-                            else:
-                                keep_links(state, known, res)
+                        if self._not_modified(uri, res, known, response.headers, key, report):
                             return False
                         continue  # the Source says otherwise: fetch it unconditionally
                     await self._receive(
@@ -391,6 +353,56 @@ class Transfer:
         report.problem(uri, last_error)
         state.fail(uri, expected_of(res), last_error, key)
         return unreachable
+
+    def _not_modified(
+        self,
+        uri: str,
+        res: Resource,
+        known: Known | None,
+        headers: Any,
+        key: str,
+        report: SetReport,
+    ) -> bool:
+        """A 304 ("not modified at the Source"): trusted only if our copy is still what we
+        wrote (and, when the list gives digests, what it describes); True when it is kept.
+        False: the Source is asked for it unconditionally."""
+        mirror, state = self.run.mirror, self.run.state
+        local = mirror.dest / known.path if known is not None else None
+        if not (
+            known is not None
+            and local is not None
+            and (
+                same(known.hashes, known.length, res, known.lastmod)
+                if checkable(res.hashes)
+                # A 304 against a list that gives another length: the list is the Source's
+                # word (a weak or stale validator is not).
+                else res.length is None or res.length == known.length
+            )
+            and verified_copy(self.run, uri, local, known.length, known.hashes)
+        ):
+            return False
+        report.not_modified += 1
+        state.clear_failure(uri)
+        mirror.keep_time(str(local), res.lastmod)
+        if res.lastmod is not None and not same(known.hashes, known.length, res, known.lastmod):
+            # Recorded with the Source's new <lastmod> (and the links it gives now): the next
+            # run's quick check holds again.
+            self._record(
+                (
+                    uri,
+                    known.path,
+                    known.length,
+                    known.hashes,
+                    res.lastmod,
+                    headers.get("ETag") or known.etag,
+                    headers.get("Last-Modified") or known.last_modified,
+                    key,
+                    res.links,
+                )
+            )
+        else:
+            keep_links(state, known, res)
+        return True
 
     def _refused(
         self, uri: str, exc: UnsafePath, res: Resource, key: str, report: SetReport
