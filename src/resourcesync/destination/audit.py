@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReadError
+from ..filters import PathFilter
 from ..hashing import ALGORITHMS
 from ..http import make_client
 from ..model import CHANGES, Resource
@@ -30,7 +31,7 @@ from .options import SyncOptions, scoped
 from .plan import expect
 from .remap import Elsewhere
 from .report import AuditReport
-from .state import DestinationState
+from .state import CopyState, DestinationState
 
 __all__ = ["STATE_FILE", "audit"]
 
@@ -59,17 +60,6 @@ def audit(
         maps += [Mapping(p, d.resolve()) for p, d in opts.mappings]
         mirror = Mirror(dest, maps, dry_run=True)
         report = AuditReport(source=source, dest=str(dest), limit=examples)
-        flt = opts.filter
-
-        def excluded(uri: str) -> bool:
-            """Left out by --include/--exclude: neither expected nor extra."""
-            if not flt:
-                return False
-            try:
-                return flt.excluded(mirror.relpath(uri))
-            except UnsafePath:
-                return False
-
         work = stack.enter_context(scratch(mirror))
         # On disk, not in memory: it holds a row per resource (and per file of the copy), and
         # memory must not grow with the number of resources. Throw-away: no journal, no sync.
@@ -89,76 +79,113 @@ def audit(
         db.execute("CREATE TABLE recorded (uri TEXT PRIMARY KEY, lastmod TEXT, md5 TEXT)")
         mirror.check_state_dir(create=False)
         state_path = mirror.state_dir / STATE_FILE
+        comparison = _Comparison(mirror, db, report, opts.filter)
         # The copy's state, where it is kept (a fleet keeps it in its store): the URIs it
         # holds that the Source no longer lists are named as extra by their URI.
         opened = opts.state or (DestinationState.reading if state_path.exists() else None)
         if opened is not None:
             with contextlib.closing(opened(state_path)) as state:
-                # Audited under other mappings than the copy was made with (a --map
-                # forgotten), every file held would be missing and extra, and the advice to
-                # repair would move the copy to the wrong mappings: said as `sync` says it.
-                elsewhere = Elsewhere(mirror)
-                for known in state.all_known():
-                    elsewhere.where(known.uri, known.path)
-                    if excluded(known.uri):
-                        continue
-                    db.execute(
-                        "INSERT OR REPLACE INTO recorded VALUES (?, ?, ?)",
-                        (
-                            known.uri,
-                            _recorded_stamp(known.lastmod) if known.lastmod else None,
-                            known.hashes.get("md5"),
-                        ),
+                comparison.held(state)
+        comparison.expected()
+        comparison.unknown()
+        comparison.strays()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+class _Comparison:
+    """The copy against what the audit expects (the `expected` table), in its steps: what
+    the copy's state holds, each resource expected, those whose change is unknown, the files
+    no URI accounts for. Every local path looked at is `accounted`."""
+
+    def __init__(
+        self, mirror: Mirror, db: sqlite3.Connection, report: AuditReport, flt: PathFilter
+    ) -> None:
+        self.mirror = mirror
+        self.db = db
+        self.report = report
+        self.flt = flt
+
+    def excluded(self, uri: str) -> bool:
+        """Left out by --include/--exclude: neither expected nor extra."""
+        if not self.flt:
+            return False
+        try:
+            return self.flt.excluded(self.mirror.relpath(uri))
+        except UnsafePath:
+            return False
+
+    def held(self, state: CopyState) -> None:
+        """What the copy's state holds: the URIs the Source no longer lists are extra (named
+        by URI), and what it recorded of each is kept for the comparison."""
+        # Audited under other mappings than the copy was made with (a --map forgotten), every
+        # file held would be missing and extra, and the advice to repair would move the copy
+        # to the wrong mappings: said as `sync` says it.
+        elsewhere = Elsewhere(self.mirror)
+        for known in state.all_known():
+            elsewhere.where(known.uri, known.path)
+            if self.excluded(known.uri):
+                continue
+            self.db.execute(
+                "INSERT OR REPLACE INTO recorded VALUES (?, ?, ?)",
+                (
+                    known.uri,
+                    _recorded_stamp(known.lastmod) if known.lastmod else None,
+                    known.hashes.get("md5"),
+                ),
+            )
+            row = self.db.execute(
+                "SELECT gone FROM expected WHERE uri = ?", (known.uri,)
+            ).fetchone()
+            if row is None or row[0] == _GONE:
+                try:
+                    extra_path = self.mirror.path_for(known.uri)
+                except UnsafePath:
+                    # Held under a URI this Source's mapping does not cover: another
+                    # Source's, sharing DEST. Neither this Source's nor extra (`sync
+                    # --repair --delete` leaves it, as the copy holds it).
+                    if known.path and (self.mirror.dest / known.path).is_file():
+                        self.report.others += 1
+                        self.db.execute(
+                            "INSERT OR IGNORE INTO accounted VALUES (?)",
+                            (str(self.mirror.dest / known.path),),
+                        )
+                    continue
+                if extra_path.is_file():
+                    self.report.extra += 1
+                    self.report.note("extra", known.uri)
+                    self.db.execute(
+                        "INSERT OR IGNORE INTO accounted VALUES (?)", (str(extra_path),)
                     )
-                    row = db.execute(
-                        "SELECT gone FROM expected WHERE uri = ?", (known.uri,)
-                    ).fetchone()
-                    if row is None or row[0] == _GONE:
-                        try:
-                            extra_path = mirror.path_for(known.uri)
-                        except UnsafePath:
-                            # Held under a URI this Source's mapping does not cover: another
-                            # Source's, sharing DEST. Neither this Source's nor extra (`sync
-                            # --repair --delete` leaves it, as the copy holds it).
-                            if known.path and (mirror.dest / known.path).is_file():
-                                report.others += 1
-                                db.execute(
-                                    "INSERT OR IGNORE INTO accounted VALUES (?)",
-                                    (str(mirror.dest / known.path),),
-                                )
-                            continue
-                        if extra_path.is_file():
-                            report.extra += 1
-                            report.note("extra", known.uri)
-                            db.execute(
-                                "INSERT OR IGNORE INTO accounted VALUES (?)", (str(extra_path),)
-                            )
-                if elsewhere.count:
-                    raise elsewhere.error()
-        for uri, length, hashes, lastmod, kind, recorded, wrote in db.execute(
+        if elsewhere.count:
+            raise elsewhere.error()
+
+    def expected(self) -> None:
+        """Each resource expected, against the file the copy holds for it."""
+        for uri, length, hashes, lastmod, kind, recorded, wrote in self.db.execute(
             "SELECT e.uri, e.length, e.hashes, e.lastmod, e.type, r.lastmod, r.md5 FROM expected e "
             "LEFT JOIN recorded r ON r.uri = e.uri WHERE e.gone = 0 ORDER BY e.uri"
         ):
-            if excluded(uri):
+            if self.excluded(uri):
                 continue
-            report.expected += 1
+            self.report.expected += 1
             try:
-                path = mirror.path_for(uri)
+                path = self.mirror.path_for(uri)
             except UnsafePath:
-                report.missing += 1
-                report.note("missing", uri)
+                self.report.missing += 1
+                self.report.note("missing", uri)
                 continue
-            db.execute("INSERT OR IGNORE INTO accounted VALUES (?)", (str(path),))
+            self.db.execute("INSERT OR IGNORE INTO accounted VALUES (?)", (str(path),))
             if not path.is_file():
-                report.missing += 1
-                report.note("missing", uri)
+                self.report.missing += 1
+                self.report.note("missing", uri)
                 continue
             want = json.loads(hashes) if hashes else {}
             algos = [a for a in want if a in ALGORITHMS]
-            got = mirror.local_digests(uri, algos[:1] or ["md5"])
+            got = self.mirror.local_digests(uri, algos[:1] or ["md5"])
             if got is None:
-                report.missing += 1
-                report.note("missing", uri)
+                self.report.missing += 1
+                self.report.note("missing", uri)
                 continue
             size, digests = got
             same = (length is None or size == length) and all(
@@ -177,35 +204,36 @@ def audit(
                 # this one checked): nothing else would tell without a digest.
                 same = False
             if same:
-                report.in_sync += 1
+                self.report.in_sync += 1
             else:
-                report.different += 1
-                report.note("different", uri)
-        # Listed last with no change: what the copy should hold cannot be told (as `sync`
-        # says it on every run). Its file, if any, is not extra.
-        for (uri,) in db.execute(
+                self.report.different += 1
+                self.report.note("different", uri)
+
+    def unknown(self) -> None:
+        """Listed last with no change: what the copy should hold cannot be told (as `sync`
+        says it on every run). Its file, if any, is not extra."""
+        for (uri,) in self.db.execute(
             "SELECT uri FROM expected WHERE gone = ? ORDER BY uri", (_UNKNOWN,)
         ).fetchall():
-            if excluded(uri):
+            if self.excluded(uri):
                 continue
-            report.unknown += 1
-            report.note("unknown", uri)
+            self.report.unknown += 1
+            self.report.note("unknown", uri)
             with contextlib.suppress(UnsafePath):
-                db.execute(
-                    "INSERT OR IGNORE INTO accounted VALUES (?)", (str(mirror.path_for(uri)),)
-                )
-        # Files in DEST that no URI of the Source accounts for (put there by hand, or left by
-        # another tool): extra too, named by their local path.
-        for text in mirror.files():
+                path = self.mirror.path_for(uri)
+                self.db.execute("INSERT OR IGNORE INTO accounted VALUES (?)", (str(path),))
+
+    def strays(self) -> None:
+        """Files in DEST that no URI of the Source accounts for (put there by hand, or left by
+        another tool): extra too, named by their local path."""
+        for text in self.mirror.files():
             path = Path(text)
-            if db.execute("SELECT 1 FROM accounted WHERE path = ?", (str(path),)).fetchone():
+            if self.db.execute("SELECT 1 FROM accounted WHERE path = ?", (str(path),)).fetchone():
                 continue
-            if flt and flt.excluded(path.relative_to(mirror.dest).as_posix()):
+            if self.flt and self.flt.excluded(path.relative_to(self.mirror.dest).as_posix()):
                 continue
-            report.extra += 1
-            report.note("extra", f"file {path}")
-    report.seconds = time.monotonic() - started
-    return report
+            self.report.extra += 1
+            self.report.note("extra", f"file {path}")
 
 
 @contextlib.contextmanager
