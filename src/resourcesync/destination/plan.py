@@ -64,7 +64,7 @@ class Plan:
         db.execute(
             "CREATE TEMP TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, uri TEXT UNIQUE, "
             "action TEXT, length INTEGER, hashes TEXT, lastmod TEXT, datetime TEXT, sig TEXT, "
-            "links TEXT, held INTEGER, late INTEGER, type TEXT, encoding TEXT)"
+            "links TEXT, held INTEGER, late INTEGER, type TEXT, encoding TEXT, change TEXT)"
         )
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
@@ -103,7 +103,7 @@ class Plan:
         listed behind the copy's cursor (see `Planner.changes`)."""
         if res is None:
             self.batch.append(
-                (uri, action, None, None, None, None, sig, None, held, late, None, None)
+                (uri, action, None, None, None, None, sig, None, held, late, None, None, None)
             )
         else:
             lastmod = format_w3c(res.lastmod) if res.lastmod else None
@@ -123,6 +123,7 @@ class Plan:
                     late,
                     res.type,
                     res.encoding,
+                    res.change,
                 )
             )
         if len(self.batch) >= _BATCH:
@@ -143,8 +144,8 @@ class Plan:
             # moves to the end, so changes apply in order of their last occurrence.
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan (uri, action, length, hashes, lastmod, datetime, "
-                "sig, links, held, late, type, encoding) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "sig, links, held, late, type, encoding, change) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self.batch,
             )
             self.batch.clear()
@@ -220,6 +221,25 @@ class Plan:
             (uri, action),
         ).fetchone()
         return None if row is None else resource_of(*row)
+
+    def unknown(self) -> Iterator[tuple[str, Resource]]:
+        """The URIs planned as `unknown` (a Change List entry whose change is none of created,
+        updated, deleted), each with its entry, its `change` as listed."""
+        self.flush()
+        last = 0
+        while True:
+            batch = self.db.execute(
+                "SELECT seq, uri, length, hashes, lastmod, datetime, links, type, encoding, "
+                "change FROM plan WHERE action = 'unknown' AND seq > ? ORDER BY seq LIMIT 1000",
+                (last,),
+            ).fetchall()
+            if not batch:
+                return
+            for seq, uri, *described, change in batch:
+                last = seq
+                res = resource_of(uri, *described)
+                res.change = change
+                yield uri, res
 
     def rows(self, action: str) -> Iterator[tuple[str, Resource]]:
         for uri, res, _ in self.rows_held(action):

@@ -155,6 +155,7 @@ def expected_resource(uri: str, expected: dict[str, Any]) -> Resource:
         type=expected.get("type"),
         encoding=expected.get("encoding"),
         links=[link_from_json(d) for d in expected.get("links") or ()],
+        change=expected.get("change"),
     )
 
 

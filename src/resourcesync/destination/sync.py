@@ -49,7 +49,7 @@ from .held import check_held
 from .lock import CopyLock
 from .mirror import Mapping, Mirror, UnsafePath
 from .options import Progress, Run, SyncOptions, scoped
-from .plan import UNKNOWN_CHANGE, Plan, Planner, say_unknown_change
+from .plan import UNKNOWN_CHANGE, Plan, Planner, say_unknown_change, unknown_change
 from .remap import follow_mappings
 from .report import AuditReport, Problem, SetReport, SyncReport
 from .state import (
@@ -394,8 +394,8 @@ class _Syncer:
                 self.planner.claim(uri, plan, report, path, res=res)
         self._refused_seeds.clear()
         # The Change List entries whose change is unknown, as remembered or listed again.
-        for uri, _ in plan.rows("unknown"):
-            say_unknown_change(uri, UNKNOWN_CHANGE, plan, report)
+        for uri, res in plan.unknown():
+            say_unknown_change(uri, unknown_change(res.change), plan, report)
 
     def apply_changes(self, s: SetInfo, entries: Iterable[Resource]) -> SetReport:
         """Apply a batch of changes (a change notification's entries) with the same engine and

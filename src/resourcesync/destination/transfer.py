@@ -550,8 +550,10 @@ class Transfer:
             return
         for uri, res in plan.rows("refused"):
             self.run.state.fail(uri, expected_of(res), "refused", key)
-        for uri, res in plan.rows("unknown"):
-            self.run.state.fail(uri, expected_of(res), UNKNOWN_CHANGE, key)
+        for uri, res in plan.unknown():
+            # With the value listed (None: none), for the runs that say it again.
+            expected = expected_of(res) | {"change": res.change}
+            self.run.state.fail(uri, expected, UNKNOWN_CHANGE, key)
         for uri, _ in plan.rows("gone"):
             self.run.state.forget(uri)  # a refused URI the Source has deleted since
 
