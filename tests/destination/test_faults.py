@@ -477,6 +477,45 @@ def test_each_refused_dump_member_is_counted_once(tmp_path: Path) -> None:
         assert s["failed"] + s["refused"] == 1, str(s)
 
 
+def test_a_resource_dump_of_resource_dumps_is_followed_not_unpacked(tmp_path: Path) -> None:
+    """A Resource Dump written as a urlset whose entries are Resource Dumps (they carry
+    `capability="resourcedump"`): followed as an index's parts, their packages used; never
+    taken for a package itself (read as one, it was not a ZIP: the dump unusable)."""
+    with hand_source() as src:
+        b = src.base
+        one, two = b"first", b"second"
+        packages = {}
+        for name, body in (("one", one), ("two", two)):
+            manifest = urlset(
+                "resourcedump-manifest",
+                [entry(b, f"/{name}.txt", body, path=f"/{name}.txt")],
+                at="2024-01-01T00:00:00Z",
+            )
+            packages[name] = _package({f"{name}.txt": body}, manifest)
+            src.files[f"/dump/{name}.zip"] = packages[name]
+        src.docs["/resourcedump.xml"] = urlset(
+            "resourcedump",
+            [
+                entry(b, "/dump/one.zip", packages["one"]),
+                {"loc": f"{b}/dump2.xml", "capability": "resourcedump"},
+            ],
+            at="2024-01-01T00:00:00Z",
+        )
+        src.docs["/dump2.xml"] = urlset(
+            "resourcedump", [entry(b, "/dump/two.zip", packages["two"])], at="2024-01-01T00:00:00Z"
+        )
+        src.publish(
+            [entry(b, "/one.txt", one), entry(b, "/two.txt", two)],
+            extra_caps=[{"loc": b + "/resourcedump.xml", "capability": "resourcedump"}],
+        )
+        code, summary = cli_json("sync", b + "/", tmp_path / "dest", "--via", "dumps", *FAST)
+        s = set_report(summary, SET)
+        assert code == 0 and s["via"] == "dumps", summary
+        assert tree(tmp_path / "dest") == {"one.txt": one, "two.txt": two}
+        assert "/one.txt" not in src.hits and "/two.txt" not in src.hits  # from the packages
+        assert src.hits.get("/dump2.xml") == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # kill -9
 
