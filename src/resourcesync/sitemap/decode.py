@@ -2,27 +2,23 @@
 the document's header, each entry's `Resource`, its `rs:md` and `rs:ln` — and the problems and
 warnings on the way. The reader owns the stream (the bytes, the parser, the tree it prunes); an
 `EntryDecoder` is the per-document state of the decoding (the warnings said once, the header's
-lines) and its hot path, `entry`, runs once for every entry.
-
-Tolerant in what a Destination reads, strict in what the validator is told: with a problem
-handler (`on_problem`) every bent rule is reported to it; without one, a value that cannot be
-read raises `FormatError` when it is the document's own and is read as not given (one warning a
-document) when it is an entry's.
+lines) and its hot path, `entry`, runs once for every entry. The values in the elements — and
+what a Destination reads through where the validator is told — are read by its base,
+`values.ValueReader`.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any, Protocol
-from urllib.parse import urljoin
+from typing import Any
 
 from lxml import etree
 
-from ..errors import FormatError, ReadError
-from ..hashing import ALGORITHMS, PLAIN_DIGEST, normalise_digest, parse_hashes
+from ..errors import ReadError
+from ..hashing import PLAIN_DIGEST
 from ..model import CAPABILITIES, CHANGES, RS_NS, SITEMAP_NS, Document, Link, Resource
 from ..units import MAX_DIGITS, ascii_int
-from ..w3cdt import W3CDatetimeError, format_w3c, parse_bent, parse_w3c
+from ..w3cdt import W3CDatetimeError, parse_w3c
+from .values import SCHEME, ProblemHandler, ValueReader
 
 __all__ = ["MAX_ATTRIBUTES", "SCHEME", "EntryDecoder", "ProblemHandler", "local_name"]
 
@@ -50,8 +46,6 @@ _RELS = frozenset(
         "via",
     }
 )
-#: A URI scheme (RFC 3986 §3.1): a reference that has one is not relative.
-SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 #: Attributes read from one element. An `<rs:md>` has a dozen at most; lxml hands attribute
 #: values over in time quadratic in their number, so an element with 200,000 would stall the
 #: reader for minutes: such a document is refused, in linear time (issue 17.14).
@@ -70,12 +64,6 @@ RS_MD = f"{{{RS_NS}}}md"
 RS_LN = f"{{{RS_NS}}}ln"
 
 
-class ProblemHandler(Protocol):
-    """Receives a value problem (bad datetime, bad number, missing <loc>) instead of an error."""
-
-    def __call__(self, message: str, line: int | None, entry: str | None) -> None: ...
-
-
 def _c14n(el: Any) -> str:
     """A foreign element as exclusive C14N text: stable, self-contained namespace declarations."""
     data: bytes = etree.tostring(el, method="c14n", exclusive=True, with_comments=False)
@@ -87,21 +75,14 @@ def local_name(tag: str) -> str:
     return tag.rpartition("}")[2] if isinstance(tag, str) else str(tag)
 
 
-class EntryDecoder:
-    """The decoding of one document's elements (`DocumentReader` makes one per document)."""
+class EntryDecoder(ValueReader):
+    """The decoding of one document's elements (`DocumentReader` makes one per document); the
+    values in them are read by its base, `values.ValueReader`."""
 
     def __init__(self, name: str, on_problem: ProblemHandler | None, base_url: str | None) -> None:
-        self.name = name
-        self.on_problem = on_problem
-        #: What relative references resolve against (the URL the document came from).
-        self.base_url = base_url
+        super().__init__(name, on_problem, base_url)
         #: Line of each document-level element, for the validator's messages.
         self.header_lines: dict[str, int] = {}
-        #: Rules this document bends that were read through: one line per kind.
-        self.warnings: list[str] = []
-        self._warned: set[str] = set()
-        #: Reading an entry (not the document's own header).
-        self.in_entry = False
 
     def attrib(self, el: Any) -> Any:
         """`el`'s attributes, once their number is known to be sane."""
@@ -121,27 +102,6 @@ class EntryDecoder:
         for e in el.iter():
             self.attrib(e)
         return el
-
-    def problem(self, message: str, line: int | None, entry: str | None) -> None:
-        if self.on_problem is None:
-            raise FormatError(message, source=self.name, line=line, entry=entry)
-        self.on_problem(message, line, entry)
-
-    def _unread(self, message: str, line: int | None, entry: str | None) -> None:
-        """A value of an entry that cannot be read (empty, as templates write what they lack;
-        `12.0` for a length; a word for a priority). The validator's error. A Destination reads
-        it as not given, said once a document: what it would have checked is checked by what
-        else the entry gives, never taken for verified (one such value stopped the whole sync,
-        on every run). In the document's own `rs:md` (its times, which the copy's cursor
-        follows) it stays an error."""
-        if self.on_problem is not None or not self.in_entry:
-            self.problem(message, line, entry)
-        else:
-            self.warn(
-                "unread",
-                f"{message}: read as not given, and so may other values in this document",
-                line,
-            )
 
     def header(self, root: Any, first_entry: Any) -> Document:
         doc = Document(index=root.tag == SITEMAPINDEX)
@@ -175,136 +135,6 @@ class EntryDecoder:
             return
         else:
             doc.extensions.append(_c14n(self._subtree(el)))
-
-    def _datetime(self, text: str | None, what: str, line: int, loc: str | None) -> Any:
-        if text is None:
-            return None
-        try:
-            return parse_w3c(text.strip())
-        except W3CDatetimeError as exc:
-            bent = parse_bent(text)
-            if bent is None:
-                self._unread(f"{what}: {exc}", line, loc)
-                return None
-            # A form near W3C Datetime that leaves no doubt (CORE and RSEngine write times
-            # without a zone, Python's str() a space for the T, Java and PHP `+0900`): read as
-            # it means (tolerant in what we sync); an error for the validator, one warning per
-            # document and kind otherwise.
-            value, how = bent
-            shown = text.strip()
-            if how.startswith("no zone"):
-                kind = "zoneless"
-                message = (
-                    f"{what}: {shown!r} has no time zone (W3C Datetime requires one; "
-                    "Destinations read it as UTC)"
-                )
-            else:
-                kind = "bent-datetime"
-                message = (
-                    f"{what}: {shown!r} is not W3C Datetime but reads unambiguously ({how}): "
-                    f"Destinations read it as {format_w3c(value)}"
-                )
-            if self.on_problem is not None:
-                self.problem(message, line, loc)
-            else:
-                self.warn(kind, f"{message}, and so may others in this document", line)
-            return value
-
-    def _rel(self, rel: str, line: int) -> str:
-        """A relation type in another case or with spaces (`Duplicate`, `Contents`): RFC 8288
-        §2.1.1 compares registered types without regard to case, so it is read in lower
-        case, said once a document (the validator, which sees it as written, calls it an
-        error). An extension type is a URI: kept as written."""
-        read = rel.strip()
-        if ":" not in read:
-            read = read.lower()
-        if read != rel:
-            self.warn("rel-form", f"rs:ln rel {rel!r} read as {read!r}, and so may others", line)
-        return read
-
-    def _capability(self, value: str, line: int) -> str:
-        """A `capability` value in another case or with spaces (`ResourceList`) is read as the
-        value it means, said once a document: read as written, a Source's lists were not
-        found, or refused as another kind of document. Anything else stays as written. The
-        validator sees it as written."""
-        read = value.strip().lower()
-        if self.on_problem is None and read != value and read in CAPABILITIES:
-            self.warn(
-                "capability-form",
-                f"rs:md capability {value!r} read as {read!r}, and so may others",
-                line,
-            )
-            return read
-        return value
-
-    def _change(self, value: str, line: int) -> str:
-        """A `change` value. `Deleted` or ` updated` (the case or spaces of a value, as
-        templates write them) is read as the value it means, said once a document: read as
-        written, a deletion was fetched (404) on every run. Another word stays as written: the
-        Destination applies none such and says so on every run. The validator sees it as
-        written."""
-        read = value.strip().lower()
-        if self.on_problem is None and read != value and read in CHANGES:
-            self.warn(
-                "change-form", f"rs:md change {value!r} read as {read!r}, and so may others", line
-            )
-            return read
-        return value
-
-    def warn(self, kind: str, message: str, line: int | None) -> None:
-        """A rule the document bends that we read through: said once per document and kind."""
-        if kind not in self._warned:
-            self._warned.add(kind)
-            self.warnings.append(f"line {line}: {message}" if line else message)
-
-    def _hashes(self, value: str, what: str, line: int, loc: str | None) -> dict[str, str]:
-        try:
-            hashes = parse_hashes(value)
-        except ValueError as exc:
-            self._unread(f"{what}: {exc}", line, loc)
-            return {}
-        if self.on_problem is None:
-            # Digests in base64 (the 2014 Cornell simulator) compared as hex, and algorithm
-            # tokens in upper case read in lower case, said once. A digest of an algorithm we
-            # cannot compute is kept as read (`cat`, a republisher) and said once: a
-            # Destination checks a resource it alone describes as one the list gives no digest
-            # for (`hashing.checkable`). The validator sees them as written.
-            read: dict[str, str] = {}
-            for token, digest in hashes.items():
-                algo = token if token in ALGORITHMS else token.lower()
-                if algo not in ALGORITHMS:
-                    self.warn(
-                        "hash-unknown",
-                        f"{what}: {token} digests (and any other algorithm's but "
-                        f"{', '.join(ALGORITHMS)}) are not checked: the resources listed with "
-                        "no other are checked by length, type and time",
-                        line,
-                    )
-                    read.setdefault(token, digest)
-                    continue
-                if algo != token:
-                    self.warn(
-                        "hash-case", f"{what}: {token} read as {algo}, and so may others", line
-                    )
-                hexed = normalise_digest(algo, digest)
-                if hexed is not None and hexed != digest:
-                    if hexed.lower() != digest.lower():
-                        self.warn(
-                            "base64",
-                            f"{what}: {algo} digests in base64, not hex; read as hex",
-                            line,
-                        )
-                    digest = hexed
-                read.setdefault(algo, digest)
-            return read
-        return hashes
-
-    def _int(self, text: str, what: str, line: int, loc: str | None) -> int | None:
-        value = ascii_int(text.strip())
-        if value is None:
-            shown = text if len(text) <= 40 else f"{text[:40]}…"
-            self._unread(f"{what}: {shown!r} is not a non-negative integer", line, loc)
-        return value
 
     def _md(self, attrib: Any, target: Any, line: int, loc: str | None) -> None:
         for key, value in attrib.items():
@@ -507,11 +337,3 @@ class EntryDecoder:
             else:
                 return None
         return loc
-
-    def _resolved(self, ref: str, what: str, line: int | None) -> str:
-        """A relative reference resolved against the document's URL (RFC 3986 §5), as a
-        Destination needs it; the validator sees it as written and calls it an error."""
-        if self.on_problem is not None or self.base_url is None or SCHEME.match(ref):
-            return ref
-        self.warn(f"relative-{what}", f"relative {what} values read against {self.base_url}", line)
-        return urljoin(self.base_url, ref)
