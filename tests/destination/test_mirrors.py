@@ -12,9 +12,16 @@ from starlette.responses import PlainTextResponse
 from tests.destination.helpers import cli_json, entry, hand_source, tree
 
 
-def _with_links(doc: bytes, loc: str, links: list[tuple[str, int]]) -> bytes:
+async def _down(request: Any) -> Any:
+    """A `<loc>` that does not answer with the resource."""
+    return PlainTextResponse("down", status_code=404)
+
+
+def _with_links(
+    doc: bytes, loc: str, links: list[tuple[str, int]], rel: str = "duplicate"
+) -> bytes:
     """Insert `rs:ln rel="duplicate"` (href, pri) links after the `<loc>` of `loc`."""
-    tags = "".join(f'<rs:ln rel="duplicate" href="{h}" pri="{p}"/>' for h, p in links)
+    tags = "".join(f'<rs:ln rel="{rel}" href="{h}" pri="{p}"/>' for h, p in links)
     return doc.replace(f"<loc>{loc}</loc>".encode(), f"<loc>{loc}</loc>{tags}".encode(), 1)
 
 
@@ -23,11 +30,8 @@ def test_a_failing_resource_is_fetched_from_its_mirrors_in_pri_order(tmp_path: P
     with hand_source() as src:
         b = src.base
 
-        async def broken(request: Any) -> Any:
-            return PlainTextResponse("down", status_code=404)
-
-        src.handlers["/a.txt"] = broken
-        src.handlers["/b.txt"] = broken
+        src.handlers["/a.txt"] = _down
+        src.handlers["/b.txt"] = _down
         src.files["/m1/a.txt"] = b"alpha"  # pri 1: the right bytes
         src.files["/m2/a.txt"] = b"ALPHA"  # pri 2: never asked
         src.files["/m1/b.txt"] = b"not b"  # the only mirror of b.txt lies
@@ -56,15 +60,11 @@ def test_a_relation_type_in_another_case_is_the_same_relation(tmp_path: Path) ->
     with hand_source() as src:
         b = src.base
 
-        async def broken(request: Any) -> Any:
-            return PlainTextResponse("down", status_code=404)
-
-        src.handlers["/a.txt"] = broken
+        src.handlers["/a.txt"] = _down
         src.files["/m1/a.txt"] = b"alpha"
         src.publish([entry(b, "/a.txt", b"alpha")])
-        tag = f'<rs:ln rel="Duplicate" href="{b}/m1/a.txt" pri="1"/>'
-        src.docs["/resourcelist.xml"] = src.docs["/resourcelist.xml"].replace(
-            f"<loc>{b}/a.txt</loc>".encode(), f"<loc>{b}/a.txt</loc>{tag}".encode(), 1
+        src.docs["/resourcelist.xml"] = _with_links(
+            src.docs["/resourcelist.xml"], f"{b}/a.txt", [(f"{b}/m1/a.txt", 1)], rel="Duplicate"
         )
         code, summary = cli_json("sync", b, dest, "--retries", "0")
         assert code == 0, summary
