@@ -222,25 +222,6 @@ class Plan:
         ).fetchone()
         return None if row is None else resource_of(*row)
 
-    def unknown(self) -> Iterator[tuple[str, Resource]]:
-        """The URIs planned as `unknown` (a Change List entry whose change is none of created,
-        updated, deleted), each with its entry, its `change` as listed."""
-        self.flush()
-        last = 0
-        while True:
-            batch = self.db.execute(
-                "SELECT seq, uri, length, hashes, lastmod, datetime, links, type, encoding, "
-                "change FROM plan WHERE action = 'unknown' AND seq > ? ORDER BY seq LIMIT 1000",
-                (last,),
-            ).fetchall()
-            if not batch:
-                return
-            for seq, uri, *described, change in batch:
-                last = seq
-                res = resource_of(uri, *described)
-                res.change = change
-                yield uri, res
-
     def rows(self, action: str) -> Iterator[tuple[str, Resource]]:
         for uri, res, _ in self.rows_held(action):
             yield uri, res
@@ -252,16 +233,15 @@ class Plan:
         last = 0
         while True:
             batch = self.db.execute(
-                "SELECT seq, uri, length, hashes, lastmod, datetime, links, type, encoding, held "
-                "FROM plan WHERE action = ? AND seq > ? ORDER BY seq LIMIT 1000",
+                "SELECT seq, uri, length, hashes, lastmod, datetime, links, type, encoding, "
+                "change, held FROM plan WHERE action = ? AND seq > ? ORDER BY seq LIMIT 1000",
                 (action, last),
             ).fetchall()
             if not batch:
                 return
-            for seq, uri, length, hashes, lastmod, when, links, type_, coding, held in batch:
+            for seq, uri, *described, held in batch:
                 last = seq
-                res = resource_of(uri, length, hashes, lastmod, when, links, type_, coding)
-                yield uri, res, None if held is None else bool(held)
+                yield uri, resource_of(uri, *described), None if held is None else bool(held)
 
 
 def resource_of(
@@ -273,8 +253,9 @@ def resource_of(
     links: str | None,
     type_: str | None = None,
     encoding: str | None = None,
+    change: str | None = None,
 ) -> Resource:
-    """A plan row as the entry it was planned from."""
+    """A plan row as the entry it was planned from (its `change` as listed, for a change)."""
     modified = parse_w3c(lastmod) if lastmod else None
     return Resource(
         loc=uri,
@@ -286,6 +267,7 @@ def resource_of(
         links=[link_from_json(d) for d in json.loads(links)] if links else [],
         type=type_,
         encoding=encoding,
+        change=change,
     )
 
 

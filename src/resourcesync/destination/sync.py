@@ -394,7 +394,7 @@ class _Syncer:
                 self.planner.claim(uri, plan, report, path, res=res)
         self._refused_seeds.clear()
         # The Change List entries whose change is unknown, as remembered or listed again.
-        for uri, res in plan.unknown():
+        for uri, res in plan.rows("unknown"):
             say_unknown_change(uri, unknown_change(res.change), plan, report)
 
     def apply_changes(self, s: SetInfo, entries: Iterable[Resource]) -> SetReport:

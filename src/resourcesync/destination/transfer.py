@@ -550,7 +550,7 @@ class Transfer:
             return
         for uri, res in plan.rows("refused"):
             self.run.state.fail(uri, expected_of(res), "refused", key)
-        for uri, res in plan.unknown():
+        for uri, res in plan.rows("unknown"):
             # With the value listed (None: none), for the runs that say it again.
             expected = expected_of(res) | {"change": res.change}
             self.run.state.fail(uri, expected, UNKNOWN_CHANGE, key)
