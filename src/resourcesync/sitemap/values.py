@@ -116,30 +116,24 @@ class ValueReader:
         return read
 
     def _capability(self, value: str, line: int) -> str:
-        """A `capability` value in another case or with spaces (`ResourceList`) is read as the
-        value it means, said once a document: read as written, a Source's lists were not
-        found, or refused as another kind of document. Anything else stays as written. The
-        validator sees it as written."""
-        read = value.strip().lower()
-        if self.on_problem is None and read != value and read in CAPABILITIES:
-            self.warn(
-                "capability-form",
-                f"rs:md capability {value!r} read as {read!r}, and so may others",
-                line,
-            )
-            return read
-        return value
+        """A `capability` value (`_one_of`): read as written, `ResourceList` named no Resource
+        List, and a list saying so of itself was refused as another kind of document."""
+        return self._one_of(value, CAPABILITIES, "capability", line)
 
     def _change(self, value: str, line: int) -> str:
-        """A `change` value. `Deleted` or ` updated` (the case or spaces of a value, as
-        templates write them) is read as the value it means, said once a document: read as
-        written, a deletion was fetched (404) on every run. Another word stays as written: the
-        Destination applies none such and says so on every run. The validator sees it as
-        written."""
+        """A `change` value (`_one_of`): read as written, `Deleted` was fetched (a 404 on
+        every run). Another word stays as written: the Destination applies none such and says
+        so on every run."""
+        return self._one_of(value, CHANGES, "change", line)
+
+    def _one_of(self, value: str, known: frozenset[str], what: str, line: int) -> str:
+        """An `rs:md` value of a closed set, in another case or with spaces (as templates write
+        them): read as the value it means, said once a document (kind `{what}-form`); anything
+        else stays as written. The validator sees it as written."""
         read = value.strip().lower()
-        if self.on_problem is None and read != value and read in CHANGES:
+        if self.on_problem is None and read != value and read in known:
             self.warn(
-                "change-form", f"rs:md change {value!r} read as {read!r}, and so may others", line
+                f"{what}-form", f"rs:md {what} {value!r} read as {read!r}, and so may others", line
             )
             return read
         return value
