@@ -328,17 +328,22 @@ class HandSource:
     ) -> None:
         """Well-known description, Capability List, Resource List (and a Change List)."""
         b = self.base
-        self.docs["/.well-known/resourcesync"] = urlset(
-            "description", [{"loc": f"{b}/capabilitylist.xml", "capability": "capabilitylist"}]
-        )
         caps = [{"loc": f"{b}/resourcelist.xml", "capability": "resourcelist"}]
         caps.append({"loc": f"{b}/changelist.xml", "capability": "changelist"})
-        caps += extra_caps or []
-        self.docs["/capabilitylist.xml"] = urlset("capabilitylist", caps)
+        self.capabilities(caps + (extra_caps or []))
         self.docs["/resourcelist.xml"] = urlset("resourcelist", resources, at=at)
         self.docs["/changelist.xml"] = urlset(
             "changelist", changes or [], **{"from": changes_from or at}
         )
+
+    def capabilities(self, caps: list[dict[str, Any]]) -> None:
+        """The well-known Source Description and its one Capability List, listing `caps`
+        (dicts of loc and capability)."""
+        self.docs["/.well-known/resourcesync"] = urlset(
+            "description",
+            [{"loc": f"{self.base}/capabilitylist.xml", "capability": "capabilitylist"}],
+        )
+        self.docs["/capabilitylist.xml"] = urlset("capabilitylist", caps)
 
 
 def entry(base: str, rel: str, body: bytes, **extra: Any) -> dict[str, Any]:

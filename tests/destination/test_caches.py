@@ -389,12 +389,7 @@ def _dump(
     listed = {"loc": f"{b}/dump/part1.zip", "type": "application/zip"}
     if digest:
         listed["md5"] = md5(package)
-    src.docs["/.well-known/resourcesync"] = urlset(
-        "description", [{"loc": f"{b}/capabilitylist.xml", "capability": "capabilitylist"}]
-    )
-    src.docs["/capabilitylist.xml"] = urlset(
-        "capabilitylist", [{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}]
-    )
+    src.capabilities([{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}])
     src.docs["/resourcedump.xml"] = urlset("resourcedump", [listed], at=_w3c(at))
     src.files["/dump/part1.zip"] = package
 

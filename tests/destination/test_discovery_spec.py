@@ -12,6 +12,24 @@ from starlette.responses import PlainTextResponse
 from tests.destination.helpers import cli_json, entry, hand_source, sitemapindex, tree, urlset
 
 SM = "http://www.sitemaps.org/schemas/sitemap/0.9"
+AT = "2024-01-01T00:00:00Z"
+
+
+def _two_sets(src: Any) -> tuple[str, str]:
+    """Two sets of one file each, `one` and `two`: each a folder with its Capability List and
+    Resource List (no `up` link)."""
+    b = src.base
+    names = ("one", "two")
+    for name in names:
+        src.files[f"/{name}/x.txt"] = name.encode()
+        src.docs[f"/{name}/capabilitylist.xml"] = urlset(
+            "capabilitylist",
+            [{"loc": f"{b}/{name}/resourcelist.xml", "capability": "resourcelist"}],
+        )
+        src.docs[f"/{name}/resourcelist.xml"] = urlset(
+            "resourcelist", [entry(b, f"/{name}/x.txt", name.encode())], at=AT
+        )
+    return names
 
 
 def test_robots_txt_with_a_plain_sitemap_first(tmp_path: Path) -> None:
@@ -42,17 +60,7 @@ def test_a_source_description_index(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     with hand_source() as src:
         b = src.base
-        for name in ("one", "two"):
-            src.files[f"/{name}/x.txt"] = name.encode()
-            src.docs[f"/{name}/capabilitylist.xml"] = urlset(
-                "capabilitylist",
-                [{"loc": f"{b}/{name}/resourcelist.xml", "capability": "resourcelist"}],
-            )
-            src.docs[f"/{name}/resourcelist.xml"] = urlset(
-                "resourcelist",
-                [entry(b, f"/{name}/x.txt", name.encode())],
-                at="2024-01-01T00:00:00Z",
-            )
+        for name in _two_sets(src):
             src.docs[f"/{name}/description.xml"] = urlset(
                 "description",
                 [{"loc": f"{b}/{name}/capabilitylist.xml", "capability": "capabilitylist"}],
@@ -65,3 +73,41 @@ def test_a_source_description_index(tmp_path: Path) -> None:
         assert code == 0, summary
         assert sorted(s["name"] for s in summary["sets"]) == ["one", "two"]
         assert tree(dest) == {"one/x.txt": b"one", "two/x.txt": b"two"}
+
+
+def test_robots_txt_naming_a_resource_list_for_each_set(tmp_path: Path) -> None:
+    """Core §6.3.4: a Source with several sets adds a `Sitemap:` directive for each set's
+    Resource List. Discovery stopped at the first: the other sets were never synced while
+    the run said ok. Every ResourceSync document robots.txt names is a set (each through its
+    `up` link to its Capability List when it gives one); one that cannot be read is said."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        for name in _two_sets(src):
+            up = f'<rs:ln rel="up" href="{b}/{name}/capabilitylist.xml"/><url>'
+            doc = src.docs[f"/{name}/resourcelist.xml"]
+            src.docs[f"/{name}/resourcelist.xml"] = doc.replace(b"<url>", up.encode(), 1)
+
+        async def broken(request: Any) -> Any:
+            return PlainTextResponse("the database is down", status_code=500)
+
+        async def robots(request: Any) -> Any:
+            return PlainTextResponse(
+                "User-agent: *\n"
+                f"Sitemap: {b}/one/resourcelist.xml\nSitemap: {b}/three/resourcelist.xml\n"
+                f"Sitemap: {b}/two/resourcelist.xml\nSitemap: {b}/gone.xml\n"
+            )
+
+        src.handlers["/robots.txt"] = robots
+        src.handlers["/three/resourcelist.xml"] = broken
+        code, summary = cli_json("sync", b + "/", dest)
+        assert code == 0, summary
+        assert summary["how"] == "robots.txt"
+        assert sorted(s["name"] for s in summary["sets"]) == ["one", "two"]
+        assert tree(dest) == {"one/x.txt": b"one", "two/x.txt": b"two"}
+        warned = [p["message"] for s in summary["sets"] for p in s["problems"]]
+        # The list that answered 500 is said; the one that is not there (404) is not.
+        assert [m for m in warned if "robots.txt names" in m] == [
+            f"warning: robots.txt names {b}/three/resourcelist.xml, which could not be read "
+            "(HTTP 500 Internal Server Error): a set of resources it may list is not synced"
+        ], warned

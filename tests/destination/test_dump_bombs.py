@@ -104,15 +104,24 @@ def _package(b: str, files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
+_FILES = {"a.txt": b"a", "b.txt": b"bb", "c.txt": b"ccc"}
+
+
+def _two_packages(src: Any) -> tuple[dict[str, bytes], bytes, bytes]:
+    """`_FILES` served, and in two packages at /p1.zip and /p2.zip (a.txt; b.txt and c.txt)."""
+    b = src.base
+    src.files.update({f"/{k}": v for k, v in _FILES.items()})
+    p1, p2 = _package(b, {"a.txt": b"a"}), _package(b, {"b.txt": b"bb", "c.txt": b"ccc"})
+    src.files["/p1.zip"], src.files["/p2.zip"] = p1, p2
+    return dict(_FILES), p1, p2
+
+
 def test_a_resource_dump_index_is_followed_to_its_packages(tmp_path: Path) -> None:
     """Issue 10.8: a sitemapindex of Resource Dumps — its parts are dumps, not packages."""
     dest = tmp_path / "dest"
     with hand_source() as src:
         b = src.base
-        files = {"a.txt": b"a", "b.txt": b"bb", "c.txt": b"ccc"}
-        src.files.update({f"/{k}": v for k, v in files.items()})
-        p1, p2 = _package(b, {"a.txt": b"a"}), _package(b, {"b.txt": b"bb", "c.txt": b"ccc"})
-        src.files["/p1.zip"], src.files["/p2.zip"] = p1, p2
+        files, p1, p2 = _two_packages(src)
         src.publish(
             [entry(b, f"/{k}", v) for k, v in files.items()],
             extra_caps=[{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}],
@@ -136,6 +145,43 @@ def test_a_resource_dump_index_is_followed_to_its_packages(tmp_path: Path) -> No
         # Only the packages were downloaded, never the dumps' own documents as packages;
         # no resource was fetched on its own.
         assert src.hits.get("/a.txt") is None and src.hits.get("/b.txt") is None
+
+
+def test_resource_dumps_listed_twice_in_the_capability_list_are_both_used(
+    tmp_path: Path,
+) -> None:
+    """A Source that offers its state as two Resource Dumps, both listed in its Capability
+    List (core §9.2: one, a Resource Dump Index when they are many), and no Resource List:
+    the second dump's packages were never read, and the copy lacked what they hold while
+    `sync` and `audit` said ok. Both are read, as the parts of one index, said once a run."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        files, p1, p2 = _two_packages(src)
+        src.capabilities(
+            [
+                {"loc": f"{b}/rd1.xml", "capability": "resourcedump"},
+                {"loc": f"{b}/rd2.xml", "capability": "resourcedump"},
+            ]
+        )
+        for name, package in (("rd1", p1), ("rd2", p2)):
+            src.docs[f"/{name}.xml"] = urlset(
+                "resourcedump",
+                [{"loc": f"{b}/p{name[-1]}.zip", "length": len(package), "md5": md5(package)}],
+                at="2024-01-01T00:00:00Z",
+            )
+        code, summary = cli_json("sync", b, dest)
+        s = _set(summary)
+        assert code == 0 and s["via"] == "dumps", summary
+        assert tree(dest) == files
+        assert src.hits.get("/b.txt") is None  # from the second dump's package
+        warned = [p["message"] for p in s["problems"]]
+        assert any("2 documents with capability 'resourcedump'" in m for m in warned), warned
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 3, found
+        (dest / "c.txt").unlink()
+        code, found = cli_json("audit", b, dest)
+        assert code == 1 and found["missing"] == 1, found
 
 
 def test_a_package_whose_digest_differs_is_not_unpacked(tmp_path: Path) -> None:

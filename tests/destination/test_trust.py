@@ -1319,3 +1319,97 @@ def test_a_capability_in_another_case_is_read_as_it_means(tmp_path: Path) -> Non
         assert any(f.level == "error" and "ResourceList" in f.message for f in report.findings), (
             report.findings
         )
+
+
+def test_a_capability_listed_more_than_once_is_read_whole(tmp_path: Path) -> None:
+    """A Capability List that lists two Resource Lists and two Change Lists (core §9.2 asks
+    for one of each, an index when they are many). Only the first of each was read: the
+    resources of the second list never fetched, the changes of the second Change List never
+    applied, and every run said ok (audit in sync). All are read, as the parts of one index
+    (the Change Lists in the order of their `from`), and each run says so once a capability;
+    the validator calls the list wrong."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        for name in "abcde":
+            src.files[f"/{name}.txt"] = name.encode()
+        src.capabilities(
+            [
+                {"loc": f"{b}/rl1.xml", "capability": "resourcelist"},
+                {"loc": f"{b}/cl2.xml", "capability": "changelist"},
+                {"loc": f"{b}/rl2.xml", "capability": "resourcelist"},
+                {"loc": f"{b}/cl1.xml", "capability": "changelist"},
+            ]
+        )
+        src.docs["/rl1.xml"] = urlset(
+            "resourcelist", [entry(b, "/a.txt", b"a"), entry(b, "/b.txt", b"b")], at=AT
+        )
+        # Made an hour later: the copy is as of the earlier list, the changes after it applied.
+        src.docs["/rl2.xml"] = urlset(
+            "resourcelist", [entry(b, "/c.txt", b"c")], at="2024-01-01T01:00:00Z"
+        )
+        src.docs["/cl1.xml"] = urlset(
+            "changelist",
+            [entry(b, "/d.txt", b"d", change="created", datetime="2024-01-01T12:00:00Z")],
+            **{"from": AT, "until": "2024-01-02T00:00:00Z"},
+        )
+        src.docs["/cl2.xml"] = urlset(
+            "changelist",
+            [{"loc": f"{b}/a.txt", "change": "deleted", "datetime": "2024-01-03T00:00:00Z"}],
+            **{"from": "2024-01-02T00:00:00Z"},
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0, summary
+        assert tree(dest) == {"b.txt": b"b", "c.txt": b"c", "d.txt": b"d"}
+        assert _set(summary)["cursor"] == "2024-01-03T00:00:00Z", summary
+        warned = [p["message"] for p in _set(summary)["problems"]]
+        for cap in ("resourcelist", "changelist"):
+            assert sum(f"2 documents with capability {cap!r}" in m for m in warned) == 1, warned
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 3, found
+        # The second Change List goes on: a change listed there is applied by the next run.
+        src.docs["/cl2.xml"] = urlset(
+            "changelist",
+            [
+                {"loc": f"{b}/a.txt", "change": "deleted", "datetime": "2024-01-03T00:00:00Z"},
+                entry(b, "/e.txt", b"e", change="created", datetime="2024-01-04T00:00:00Z"),
+            ],
+            **{"from": "2024-01-02T00:00:00Z"},
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0 and _set(summary)["mode"] == "incremental", summary
+        assert tree(dest) == {"b.txt": b"b", "c.txt": b"c", "d.txt": b"d", "e.txt": b"e"}
+        report = validate(src.docs["/capabilitylist.xml"])
+        assert any(f.rule == "core-9.2-capability-repeated" for f in report.findings), (
+            report.findings
+        )
+
+
+def test_a_change_list_index_of_indexes_is_read_through(tmp_path: Path) -> None:
+    """A Change List Index whose part is itself a Change List Index (an index of indexes):
+    its parts were read as changes of a Change List — entries with no `change`, never
+    applied, exit 1 on every run. Its parts are read in its place, said once a run."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"], src.files["/b.txt"] = b"a", b"b"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        src.docs["/changelist.xml"] = sitemapindex(
+            "changelist", [{"loc": f"{b}/inner.xml", "from": AT}], **{"from": AT}
+        )
+        src.docs["/inner.xml"] = sitemapindex(
+            "changelist", [{"loc": f"{b}/cl1.xml", "from": AT}], **{"from": AT}
+        )
+        src.docs["/cl1.xml"] = urlset(
+            "changelist",
+            [entry(b, "/b.txt", b"b", change="created", datetime="2024-01-02T00:00:00Z")],
+            **{"from": AT},
+        )
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0, summary
+        assert tree(dest) == {"a.txt": b"a", "b.txt": b"b"}
+        warned = [p["message"] for p in _set(summary)["problems"]]
+        assert any("listed as a part of a Change List Index" in m for m in warned), warned
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 2, found

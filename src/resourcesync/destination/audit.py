@@ -20,7 +20,7 @@ from ..hashing import ALGORITHMS
 from ..http import make_client
 from ..model import CHANGES, Resource
 from ..sitemap import walk
-from ..sitemap.follow import FOLLOW_INDEX
+from ..sitemap.follow import FOLLOW_INDEX, earliest_at
 from ..sniff import WINDOW, binary_type, looks_like_html, not_a_page_for
 from ..w3cdt import parse_w3c, seconds_before
 from .changeplan import change_entries, lists_covering
@@ -284,14 +284,14 @@ def _expected_state(
         # A Source that publishes its state as a Resource Dump only (as `sync` follows it):
         # what its packages' manifests list, as of the dump's `at`.
         assert dump is not None
-        at, dumped = dumped_resources(client, opts.http, dump, work)
+        at, dumped = dumped_resources(client, opts.http, s, work)
         for res in dumped:
             expected(res)
-    for visit in walk(url, mode=FOLLOW_INDEX, client=client) if url is not None else ():
+    also = s.more("resourcelist")
+    for visit in walk(url, mode=FOLLOW_INDEX, client=client, also=also) if url is not None else ():
         doc = visit.reader.document
         expect(doc.capability, "resourcelist", visit.name)
-        if at is None:
-            at = doc.at or doc.completed
+        at = earliest_at(at, visit)
         if doc.index:
             for _ in visit.entries():
                 pass

@@ -423,6 +423,21 @@ def change_entries(
         nested: list[str] = []
         with open_document(list_url, client=client) as reader:
             expect(reader.document.capability, "changelist", list_url)
+            if reader.document.index:
+                # An index among an index's parts (an index of indexes): its parts are read
+                # in its place. Taken for Change Lists, its parts were "changes" with no
+                # `change`, never applied.
+                todo[:0] = [res.loc for res in reader]
+                problem(
+                    list_url,
+                    "warning: a Change List Index listed as a part of a Change List Index: "
+                    "its parts are read in its place",
+                )
+                if len(done) + len(todo) > _MAX_LISTS:
+                    raise ReadError(
+                        f"more than {_MAX_LISTS} Change Lists to follow", source=list_url
+                    )
+                continue
             order.start(reader.document.from_, "the list")
             for res in reader:
                 if res.capability is not None:
@@ -455,7 +470,8 @@ def lists_covering(
     time (a gap). Third: the earliest `from` of the lists (None when they give none)."""
     candidates: dict[str, tuple[datetime | None, datetime | None]] = {}
     archive = None
-    todo = [url]
+    # Several Change Lists in the Capability List are the parts of one index (`SetInfo.also`).
+    todo = [*reversed(s.more("changelist")), url]
     while todo:
         current = todo.pop()
         with open_document(current, client=client) as reader:
@@ -478,8 +494,9 @@ def lists_covering(
     if earliest is None or earliest > after:
         # Walk back through the Change List Archive.
         archive_url = archive.href if archive else s.url("changelist-archive")
+        also = () if archive else s.more("changelist-archive")
         if archive_url:
-            for visit in walk(archive_url, mode=FOLLOW_INDEX, client=client):
+            for visit in walk(archive_url, mode=FOLLOW_INDEX, client=client, also=also):
                 for _, res in visit.entries():
                     if not visit.reader.document.index:
                         candidates.setdefault(res.loc, (res.from_, res.until))

@@ -41,9 +41,30 @@ class SetInfo:
     documents: dict[str, str] = field(default_factory=dict)
     #: `rel="hub"` of a change-notification channel, when offered: topic → hub
     channels: dict[str, str] = field(default_factory=dict)
+    #: capability → the further documents the Capability List lists for it. It should list
+    #: one (core §9.2); several are read as the parts of one index, `documents`' the first.
+    also: dict[str, list[str]] = field(default_factory=dict)
+    #: What discovery found wrong on the way to this set, said by every run (`warnings`).
+    notes: list[str] = field(default_factory=list)
 
     def url(self, capability: str) -> str | None:
         return self.documents.get(capability)
+
+    def more(self, capability: str) -> list[str]:
+        """The documents listed for `capability` after `url(capability)` (see `also`)."""
+        return self.also.get(capability, [])
+
+    def warnings(self) -> list[str]:
+        """What a run says of the Capability List every time: a capability listed more than
+        once. Taking the first only would leave what the others list out of the copy while
+        every run said ok; the validator calls the list wrong (core-9.2-capability-repeated).
+        And what discovery noted (`notes`)."""
+        return self.notes + [
+            f"warning: the Capability List lists {len(more) + 1} documents with capability "
+            f"{cap!r} (core §9.2: one, an index when the lists are many): all are read, as "
+            "the parts of one index"
+            for cap, more in self.also.items()
+        ]
 
 
 @dataclass
@@ -95,7 +116,11 @@ def _from_capabilitylist(url: str, entries: list[Any]) -> SetInfo:
             if hub is not None:
                 info.channels[e.loc] = hub.href
         elif e.capability:
-            info.documents.setdefault(e.capability, e.loc)
+            first = info.documents.setdefault(e.capability, e.loc)
+            more = info.also.setdefault(e.capability, []) if first != e.loc else None
+            if more is not None and e.loc not in more:
+                more.append(e.loc)
+    info.also = {cap: more for cap, more in info.also.items() if more}
     return info
 
 
@@ -186,6 +211,8 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
     base = source if (not local and urlsplit(source).path in ("", "/")) else ""
     # A site root is a page, not a document: discovery starts at once (well-known first).
     got = None if base else _try_document(source, client)
+    more: list[tuple[str, Document, list[Any]]] = []
+    unread: list[ReadError] = []
     if got is not None:
         url, (doc, entries), how = source, got, "given document"
     elif local:
@@ -194,7 +221,7 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
         # Not a document: a site (or a page of it). Core §8.2 discovery, in order.
         base = base or (source if source.endswith("/") else site_root(source))
         why: list[ReadError] = []
-        found, how = _discover_site(source, client, why)
+        found, how = _discover_site(source, client, why, unread)
         if found is None:
             unusable = [e for e in why if not _absent(e)]
             if unusable:
@@ -214,7 +241,7 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
                 'robots.txt, no rel="resourcesync" link',
                 source=source,
             )
-        url, doc, entries = found
+        (url, doc, entries), *more = found
     if not base and is_url(url):
         base = site_root(url)
     if not base and local:
@@ -223,6 +250,17 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
         # from the site's URL.
         base = _site_of(url, doc)
     sets, description = _sets_from(url, doc, entries, client)
+    for failed in unread if sets else ():
+        sets[0].notes.append(
+            f"warning: robots.txt names {failed.source}, which could not be read "
+            f"({failed.message}): a set of resources it may list is not synced"
+        )
+    for other in more:
+        # robots.txt names one list a set (core §6.3.4): every set it names is the Source's.
+        known = {s.capabilitylist or s.name for s in sets}
+        sets += [
+            s for s in _sets_from(*other, client)[0] if (s.capabilitylist or s.name) not in known
+        ]
     if choose is not None:
         chosen = [s for s in sets if choose in (s.name, s.capabilitylist)]
         if not chosen:
@@ -233,24 +271,37 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
 
 
 def _discover_site(
-    source: str, client: Any, why: list[ReadError]
-) -> tuple[tuple[str, Document, list[Any]] | None, str]:
+    source: str, client: Any, why: list[ReadError], unread: list[ReadError]
+) -> tuple[list[tuple[str, Document, list[Any]]] | None, str]:
+    """The ResourceSync documents a site offers, by the first way of core §6.3 that finds
+    any: the well-known URI, robots.txt (every ResourceSync document its `Sitemap:` lines
+    name: a Source with several sets names one Resource List for each, §6.3.4), a `Link`
+    header, a `<link>` of the page. `why` hears why each place tried was not used; `unread`,
+    the `Sitemap:` lines that could not be read beside ResourceSync documents found there."""
     root = site_root(source)
     well_known = root + ".well-known/resourcesync"
     got = _try_document(well_known, client, why)
     if got is not None:
-        return (well_known, *got), "well-known URI"
+        return [(well_known, *got)], "well-known URI"
     try:
         _, robots = _fetch(client, root + "robots.txt")
+        listed: list[tuple[str, Document, list[Any]]] = []
+        tried: list[ReadError] = []
         for line in robots.decode("utf-8", "replace").splitlines():
             key, sep, value = line.partition(":")
             if sep and key.strip().lower() == "sitemap":
                 target = urljoin(root, value.strip())
-                got = _try_document(target, client, why)
+                if any(target == t for t, _, _ in listed):
+                    continue
+                got = _try_document(target, client, tried)
                 # robots.txt lists plain Sitemaps too (spec Example 11 puts the Resource List
-                # among them): only a ResourceSync document ends the search (issue 10.9).
+                # among them): only ResourceSync documents are taken (issue 10.9).
                 if got is not None and got[0].capability is not None:
-                    return (target, *got), "robots.txt"
+                    listed.append((target, *got))
+        why.extend(tried)
+        if listed:
+            unread.extend(exc for exc in tried if not _absent(exc))
+            return listed, "robots.txt"
     except ReadError:
         pass
     try:
@@ -261,14 +312,14 @@ def _discover_site(
         for target in _link_header(link):
             got = _try_document(urljoin(source, target), client, why)
             if got is not None:
-                return (urljoin(source, target), *got), "Link header"
+                return [(urljoin(source, target), *got)], "Link header"
     finder = _LinkFinder()
     finder.feed(page.decode("utf-8", "replace"))
     for href in finder.found:
         target = urljoin(source, href)
         got = _try_document(target, client, why)
         if got is not None:
-            return (target, *got), "HTML link"
+            return [(target, *got)], "HTML link"
     return None, ""
 
 
@@ -361,7 +412,8 @@ def _sets_from(
         if got is not None and got[0].capability == Capability.CAPABILITYLIST:
             info = _from_capabilitylist(cl_url, got[1])
             if cap is not None:
-                info.documents[cap] = url  # the document the user named wins
+                info.documents[cap] = url  # the document the user named wins (alone)
+                info.also.pop(cap, None)
             return [info], None
     info = SetInfo(name=_set_name(url), capabilitylist=None)
     if cap is not None:

@@ -29,7 +29,7 @@ from ..http import Bandwidth, HttpOptions
 from ..http.transfer import TransferSession, run_loop
 from ..model import Change, Resource
 from ..sitemap import open_document, walk
-from ..sitemap.follow import FOLLOW_INDEX
+from ..sitemap.follow import FOLLOW_INDEX, earliest_at
 from ..w3cdt import format_w3c
 from .answer import NO_CACHE, cached_before
 from .changeplan import ChangePlanner, InOrder
@@ -55,25 +55,26 @@ __all__ = [
 
 def resource_packages(run: Run, s: SetInfo) -> tuple[list[Resource], datetime | None]:
     """The Resource Dump's packages (through its index) and its `at`."""
-    url = s.url("resourcedump")
-    assert url is not None
-    return _resource_packages(run.client, url)
+    return _resource_packages(run.client, s)
 
 
-def _resource_packages(client: Any, url: str) -> tuple[list[Resource], datetime | None]:
+def _resource_packages(client: Any, s: SetInfo) -> tuple[list[Resource], datetime | None]:
     # A Resource Dump Index names Resource Dumps, whose entries are the packages (issue
     # 10.8): the index is followed, never its parts downloaded as if they were packages.
     packages: list[Resource] = []
     at: datetime | None = None
-    for visit in walk(url, mode=FOLLOW_INDEX, client=client, max_documents=MAX_PARTS):
+    url = s.url("resourcedump")
+    assert url is not None
+    also = s.more("resourcedump")
+    for visit in walk(url, mode=FOLLOW_INDEX, client=client, max_documents=MAX_PARTS, also=also):
         doc = visit.reader.document
         expect(doc.capability, "resourcedump", visit.name)
-        if at is None:
-            at = doc.at or doc.completed
+        at = earliest_at(at, visit)
+        own = doc.at or doc.completed or at
         for _, entry in visit.entries():
             if not doc.index:
                 if entry.at is None:
-                    entry.at = at  # its contents as of the dump's `at`, unless it says
+                    entry.at = own  # its contents as of the dump's `at`, unless it says
                 packages.append(entry)
     return packages, at
 
@@ -305,11 +306,14 @@ def _change_dump_packages(client: Any, url: str, s: SetInfo, after: datetime) ->
                     packages.setdefault(entry.loc, entry)
 
     collect(url)
+    for more in s.more("changedump"):
+        collect(more)
     earliest = min((p.from_ for p in packages.values() if p.from_ is not None), default=None)
     if earliest is None or earliest > after:
         archive_url = archive.href if archive else s.url("changedump-archive")
+        also = () if archive else s.more("changedump-archive")
         if archive_url:
-            for visit in walk(archive_url, mode=FOLLOW_INDEX, client=client):
+            for visit in walk(archive_url, mode=FOLLOW_INDEX, client=client, also=also):
                 expect(visit.reader.document.capability, "changedump-archive", visit.name)
                 for _, dump in visit.entries():
                     if not visit.reader.document.index and (
@@ -343,14 +347,14 @@ def _gap(packages: list[Resource], after: datetime) -> str | None:
 
 
 def dumped_resources(
-    client: Any, http: HttpOptions, url: str, work: Path
+    client: Any, http: HttpOptions, s: SetInfo, work: Path
 ) -> tuple[datetime | None, Iterator[Resource]]:
-    """The Resource Dump's `at` and the resources its packages' manifests list: what `audit`
+    """The set's Resource Dump's `at` and the resources its packages' manifests list: what `audit`
     expects of a Source that publishes its state only so. A package's manifest is read from
     its `rel="contents"` link when it gives one (nothing downloaded); else, or when that
     cannot be read, the package is downloaded into `work`, verified against the dump, read and
     removed."""
-    packages, at = _resource_packages(client, url)
+    packages, at = _resource_packages(client, s)
 
     def entries() -> Iterator[Resource]:
         for package in packages:

@@ -23,7 +23,7 @@ from ..hashing import ALGORITHMS, checkable
 from ..jsonable import link_from_json
 from ..model import Resource
 from ..sitemap import walk
-from ..sitemap.follow import FOLLOW_INDEX
+from ..sitemap.follow import FOLLOW_INDEX, earliest_at
 from ..sitemap.read import DocumentReader
 from ..w3cdt import format_w3c, parse_w3c
 from .discover import SetInfo
@@ -399,11 +399,13 @@ class Planner:
             raise ReadError(f"the Source offers no Resource List{hint}", source=s.capabilitylist)
         self._empty = self.run.state.count() == 0
         try:
-            return self._baseline(url, key, plan, report)
+            return self._baseline(url, s.more("resourcelist"), key, plan, report)
         finally:
             self._empty = False
 
-    def _baseline(self, url: str, key: str, plan: Plan, report: SetReport) -> datetime | None:
+    def _baseline(
+        self, url: str, also: list[str], key: str, plan: Plan, report: SetReport
+    ) -> datetime | None:
         at: datetime | None = None
         seen: list[str] = []
         read = 0
@@ -420,11 +422,11 @@ class Planner:
             max_documents=MAX_PARTS,
             max_depth=MAX_DEPTH,
             on_skip=skip,
+            also=also,
         ):
             doc = visit.reader.document
             expect(doc.capability, "resourcelist", visit.name)
-            if at is None:
-                at = doc.at or doc.completed
+            at = earliest_at(at, visit)
             if doc.index:
                 for _ in visit.entries():
                     pass

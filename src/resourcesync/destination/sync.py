@@ -209,6 +209,8 @@ class _Syncer:
         for note in self._notes:
             report.problem(str(self.mirror.state_dir / STATE_FILE), note)
         self._notes.clear()
+        for warning in s.warnings():
+            report.problem(s.capabilitylist or s.name, warning)
         key = self.set_key(s)
         state = self.state
         if self.options.baseline and not self.options.dry_run:

@@ -16,6 +16,7 @@ import posixpath
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
@@ -31,6 +32,7 @@ __all__ = [
     "Mapping",
     "Resolver",
     "Visit",
+    "earliest_at",
     "iter_entries",
     "walk",
 ]
@@ -165,6 +167,20 @@ class Visit:
 OnSkip = Callable[[str, str, str | None], None]
 
 
+def earliest_at(at: datetime | None, visit: Visit) -> datetime | None:
+    """The `at` (or `completed`) of the lists a walk has read so far, `at` before `visit`:
+    the first document's that gives one — an index's, else its first dated part's — lowered by
+    any later root's (`walk`'s `also`): lists made at different times are the Source as of the
+    earliest, and the changes after it are what a copy must apply."""
+    doc = visit.reader.document
+    this = doc.at or doc.completed
+    if at is None:
+        return this
+    if visit.depth == 0 and this is not None and this < at:
+        return this
+    return at
+
+
 def walk(
     start: Source,
     *,
@@ -177,8 +193,13 @@ def walk(
     on_problem: Callable[[str], ProblemHandler] | None = None,
     on_skip: OnSkip | None = None,
     on_error: Callable[[ReadError, str | None], None] | None = None,
+    also: Sequence[str] = (),
 ) -> Iterator[Visit]:
     """Yield each document of the tree below `start`, the start first.
+
+    `also`: documents read beside `start`, as the parts of one index whose first part it is
+    (a Capability List that lists a capability more than once): each at depth 0, after
+    `start` and before any part of either (see `earliest_at`).
 
     `on_problem(name)` gives the problem handler for the document called `name` (for the
     validator); `on_skip(url, reason, referrer)` hears of links not followed (loops, depth,
@@ -191,6 +212,7 @@ def walk(
     # in both the index and the archive) is simply not read twice.
     queue: deque[tuple[Source, int, str | None, frozenset[str]]] = deque()
     queue.append((start, 0, None, frozenset()))
+    queue.extend((more, 0, None, frozenset()) for more in also)
     seen: set[str] = set()
     count = 0
     while queue:
