@@ -11,8 +11,8 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from resourcesync.destination import plan as plan_module
+from resourcesync.destination.hosts import host_key
 from resourcesync.destination.plan import Plan
-from resourcesync.destination.transfer import host_key
 from resourcesync.model import Resource
 
 

@@ -1,6 +1,7 @@
 """Carrying a plan out: bounded concurrent fetches (per run and per host, with an optional
-delay between requests to a host), conditional requests for what we hold, verification and
-atomic writes through the mirror (the deletions, after them, are `deletions.py`'s). Every
+delay between requests to a host and a circuit breaker: `hosts.py`), conditional requests for
+what we hold, verification and atomic writes through the mirror (the deletions, after them,
+are `deletions.py`'s). Every
 outcome is recorded in the state: a verified resource as soon as its batch is written, a
 failure to be retried by the next run."""
 
@@ -9,13 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import re
-import time
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from ..errors import ReadError, ResourceSyncError
 from ..hashing import ALGORITHMS, checkable
@@ -23,6 +20,7 @@ from ..http import HttpOptions, Unreachable, accept_encoding
 from ..http.transfer import Fetched, TransferSession
 from ..model import Resource
 from .answer import NO_CACHE, cached_before, listed_codings, page_check
+from .hosts import Hosts, Slot, host_key
 from .mirror import IntegrityError, Located, UnsafePath
 from .options import Run
 from .plan import UNKNOWN_CHANGE, Plan, same
@@ -33,8 +31,6 @@ __all__ = ["Transfer"]
 
 #: Verified resources recorded per state transaction.
 RECORD_BATCH = 256
-#: The authority of an absolute URI, as `urlsplit` takes it (up to the first "/", "?" or "#").
-_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
 T = TypeVar("T")
 
 
@@ -50,67 +46,10 @@ async def _in_thread(fn: Callable[[], T]) -> T:
         raise
 
 
-class _Slot:
-    """A transfer's place among the run's transfers and its host's (`--transfers`,
-    `--per-host`): held while a request is out. With --fsync it is handed over once the
-    Source has answered in full (the connection is back in the pool), so that the host's next
-    request goes out before this copy waits for the disk: the host's limit counts requests,
-    not our disk's work. Taken again for a second request."""
-
-    __slots__ = ("_semaphores", "held")
-
-    def __init__(self, *semaphores: asyncio.Semaphore) -> None:
-        self._semaphores = semaphores
-        self.held = False
-
-    async def hold(self) -> None:
-        if self.held:
-            return
-        taken: list[asyncio.Semaphore] = []
-        try:
-            for semaphore in self._semaphores:
-                await semaphore.acquire()
-                taken.append(semaphore)
-        except BaseException:
-            for semaphore in taken:
-                semaphore.release()
-            raise
-        self.held = True
-
-    def release(self) -> None:
-        if self.held:
-            self.held = False
-            for semaphore in self._semaphores:
-                semaphore.release()
-
-    async def hand_over(self) -> None:
-        """Release, and let a transfer waiting for the place send its request first: one turn
-        of the event loop for it to run, another for the loop to write what it queued (uvloop
-        writes a turn's output once the turn is over)."""
-        if self.held:
-            self.release()
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-
-    async def __aenter__(self) -> _Slot:
-        await self.hold()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
-
 #: The answers to a resource's GET taken besides 2xx with its content: 304 to a conditional
 #: request; and 204 for a resource the list gives as empty (`length="0"`).
 _ACCEPT = (304,)
 _ACCEPT_EMPTY = (304, 204)
-
-
-def host_key(uri: str) -> str:
-    """The host a URI's request goes to, as the per-host limits count it: `urlsplit`'s netloc,
-    lower-cased (a match instead of a split: once a resource, it was 1.4 % of a sync's CPU)."""
-    m = _AUTHORITY.match(uri)
-    return (m.group(1) if m else urlsplit(uri).netloc).lower()
 
 
 def tell(run: Run, kind: str, uri: str) -> None:
@@ -157,13 +96,7 @@ class Transfer:
             return
         if self.run.progress:
             self.run.progress("plan", 0, total, plan.planned_bytes())
-        transfers = asyncio.Semaphore(opts.transfers)
-        hosts: dict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(opts.per_host))
-        next_slot: dict[str, float] = defaultdict(float)
-        # The circuit breaker (issue 14.3): connection failures in a row per host, and the
-        # resources left undone on each host given up.
-        failures: dict[str, int] = defaultdict(int)
-        given_up: dict[str, int] = {}
+        hosts = Hosts(opts.transfers, opts.per_host, opts.delay, opts.host_failures)
         done = 0
         pending: set[asyncio.Task[None]] = set()
         progress = self.run.progress
@@ -171,40 +104,26 @@ class Transfer:
         async def one(client: TransferSession, uri: str, res: Resource, held: bool | None) -> None:
             nonlocal done
             host = host_key(uri)
-            async with _Slot(transfers, hosts[host]) as slot:
-                if host in given_up:
-                    given_up[host] += 1
-                    self._give_up(uri, res, key, report, host, opts.host_failures)
+            async with hosts.slot(host) as slot:
+                if not await hosts.turn(host):
+                    self._give_up(uri, res, key, report, host)
                 else:
-                    if opts.delay:
-                        now = time.monotonic()
-                        wait = next_slot[host] - now
-                        next_slot[host] = max(now, next_slot[host]) + opts.delay
-                        if wait > 0:
-                            await asyncio.sleep(wait)
-                    if host in given_up:
-                        given_up[host] += 1
-                        self._give_up(uri, res, key, report, host, opts.host_failures)
-                    elif await self._fetch_one(
+                    unreachable = await self._fetch_one(
                         client,
                         uri,
                         res,
                         key,
                         report,
-                        retry=failures[host] == 0,
+                        retry=hosts.retries(host),
                         held=held,
                         slot=slot,
-                    ):
-                        failures[host] += 1
-                        if failures[host] >= opts.host_failures > 0:
-                            given_up.setdefault(host, 0)
-                    else:
-                        failures[host] = 0
+                    )
+                    hosts.answered(host, unreachable)
             done += 1
             if progress:
                 progress("fetch", done, total, report.bytes)
 
-        # One pool for the run: the semaphores above bound what it opens. Closed however
+        # One pool for the run: the hosts' places bound what it opens. Closed however
         # the run ends (a last batch of records that cannot be written included).
         async with TransferSession(
             opts.http, limit=opts.transfers, per_host=opts.per_host
@@ -243,16 +162,9 @@ class Transfer:
                 if pending:
                     await asyncio.gather(*pending, return_exceptions=True)
                 self.flush_records()
-                for host, skipped in given_up.items():
-                    report.problem(
-                        host,
-                        f"could not connect {opts.host_failures} times in a row: host given up, "
-                        f"{skipped} more resources not fetched (retried by the next run)",
-                    )
+                hosts.tell(report)
 
-    def _give_up(
-        self, uri: str, res: Resource, key: str, report: SetReport, host: str, n: int
-    ) -> None:
+    def _give_up(self, uri: str, res: Resource, key: str, report: SetReport, host: str) -> None:
         """A resource of a host given up: failed, to be retried by the next run."""
         report.failed += 1
         self.run.state.fail(uri, expected_of(res), f"not fetched: {host} could not be reached", key)
@@ -267,7 +179,7 @@ class Transfer:
         *,
         retry: bool = True,
         held: bool | None = None,
-        slot: _Slot | None = None,
+        slot: Slot | None = None,
     ) -> bool:
         """Fetch one resource and record the outcome; True when its host could not be
         reached (a connection failure, after the retries). Without `retry` (its host has just
@@ -421,7 +333,7 @@ class Transfer:
         report: SetReport,
         new: bool,
         at: Located | None = None,
-        slot: _Slot | None = None,
+        slot: Slot | None = None,
     ) -> None:
         """Write `response` (from `source`: `uri` itself or one of its mirrors) as the copy
         of `uri` through the mirror — verified against the list's length and digests — and
@@ -496,7 +408,7 @@ class Transfer:
         report: SetReport,
         http: HttpOptions,
         why: str,
-        slot: _Slot | None = None,
+        slot: Slot | None = None,
     ) -> bool:
         """When `<loc>` failed: the entry's `rel="duplicate"` mirrors in `pri` order (core
         §14.2), each verified against the same length and digest (issue 10.14). Without either
