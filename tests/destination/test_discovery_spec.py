@@ -111,3 +111,23 @@ def test_robots_txt_naming_a_resource_list_for_each_set(tmp_path: Path) -> None:
             f"warning: robots.txt names {b}/three/resourcelist.xml, which could not be read "
             "(HTTP 500 Internal Server Error): a set of resources it may list is not synced"
         ], warned
+
+
+def test_a_capability_list_listed_twice_is_one_set(tmp_path: Path) -> None:
+    """A Source Description that lists a Capability List twice (or two parts of its index
+    that both list it): one set, synced once a run — not twice, its report said twice."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        names = _two_sets(src)
+
+        def listed(name: str) -> dict[str, str]:
+            return {"loc": f"{b}/{name}/capabilitylist.xml", "capability": "capabilitylist"}
+
+        src.docs["/.well-known/resourcesync"] = urlset(
+            "description", [*(listed(n) for n in names), listed(names[0])]
+        )
+        code, summary = cli_json("sync", b + "/", dest)
+        assert code == 0, summary
+        assert [s["name"] for s in summary["sets"]] == ["one", "two"]
+        assert tree(dest) == {"one/x.txt": b"one", "two/x.txt": b"two"}

@@ -382,7 +382,11 @@ def _sets_from(
             entries.extend(got[1])
     if cap == Capability.DESCRIPTION:
         sets = []
+        listed: set[str] = set()
         for e in entries:
+            if e.loc in listed:
+                continue  # listed twice (or by two parts of an index): one set
+            listed.add(e.loc)
             why: list[ReadError] = []
             got = _try_document(e.loc, client, why)
             if got is None:
