@@ -1413,3 +1413,31 @@ def test_a_change_list_index_of_indexes_is_read_through(tmp_path: Path) -> None:
         assert any("listed as a part of a Change List Index" in m for m in warned), warned
         code, found = cli_json("audit", b, dest)
         assert code == 0 and found["in_sync"] == 2, found
+
+
+def test_a_resource_list_entry_that_says_deleted_is_not_listed(tmp_path: Path) -> None:
+    """A Source that keeps its deleted resources in its Resource List as tombstones
+    (`change="deleted"`, as OAI-PMH keeps deleted records). Each run asked for them (a 404,
+    exit 1 for ever), and `audit` said in sync over the copy that still held them. A
+    tombstone is taken as not listed: not fetched, not expected, deleted with --delete."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"], src.files["/b.txt"] = b"a", b"b"
+        src.publish([entry(b, "/a.txt", b"a"), entry(b, "/b.txt", b"b")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        del src.files["/b.txt"]
+        src.publish(
+            [entry(b, "/a.txt", b"a"), {"loc": f"{b}/b.txt", "change": "deleted"}],
+            at="2024-01-02T00:00:00Z",
+        )
+        code, found = cli_json("audit", b, dest)
+        assert code == 1 and found["extra"] == 1 and found["in_sync"] == 1, found
+        code, summary = cli_json("sync", b, dest, "--baseline", "--delete")
+        assert code == 0, summary
+        assert tree(dest) == {"a.txt": b"a"}
+        warned = [p["message"] for p in _set(summary)["problems"]]
+        assert any('1 entry says change="deleted"' in m for m in warned), warned
+        assert src.hits.get("/b.txt") == 1  # by the first run only
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 1, found

@@ -297,7 +297,9 @@ def _expected_state(
                 pass
             continue
         for _, res in visit.entries():
-            if res.capability is None:  # a document listed there is no resource (`sync`)
+            # A document listed there is no resource, nor is a tombstone (as `sync` reads
+            # them: `Planner._baseline`).
+            if res.capability is None and res.change != "deleted":
                 expected(res)
     db.executemany(insert, batch)
     if at is None:

@@ -310,6 +310,15 @@ def expect(capability: str | None, wanted: str, url: str) -> None:
         raise ReadError(f"expected a {wanted}, found a {capability}", source=url)
 
 
+def tombstones(n: int) -> str:
+    """What a run says of a Resource List that lists `n` resources as deleted."""
+    return (
+        f'warning: {n:,} {"entry says" if n == 1 else "entries say"} change="deleted" (a '
+        "Resource List lists what the Source has, core §10.1): taken as not listed, not "
+        "fetched (with --delete, deleted here)"
+    )
+
+
 def tell_warnings(reader: DocumentReader, report: SetReport) -> None:
     """Rules the document bent that we read through (zone-less datetimes, base64 digests),
     once per document: reported, not failed."""
@@ -436,7 +445,13 @@ class Planner:
             # a first baseline holds nothing it could have stopped listing — but for what a
             # repair takes into the state as it plans (`_adopt`).
             track = not self._empty or self.run.options.repair
+            gone = 0
             for _, res in visit.entries():
+                if res.change == "deleted":
+                    # A tombstone (a Source that keeps its deleted resources in its Resource
+                    # List, as OAI-PMH keeps deleted records): not the Source's, so not listed.
+                    gone += 1
+                    continue
                 if res.capability is not None:
                     # A document (a dump, a Capability List), not a resource: never stored
                     # as content, as in a Change List (issue 10.4). A Resource List listed
@@ -456,6 +471,8 @@ class Planner:
                 if read % _BATCH == 0 and self.run.progress:
                     self.run.progress("read", read, 0, 0)
                 self.fetch_unless_held(res, plan, report, key)
+            if gone:
+                report.problem(visit.name, tombstones(gone))
             tell_warnings(visit.reader, report)
         plan.seen(seen)
         self.takeover.moved_on(self.claim, plan, report, url)
