@@ -1,13 +1,18 @@
 """URIs shown to people as IRIs (RFC 3987 §3.2): percent-encoded UTF-8 sequences of non-ASCII
 characters decoded (`%E6%96%B0` → `新`), everything else — reserved characters, `%2F`, `%25`,
 spaces, encoded ASCII, invalid UTF-8 — left as it is, so the text still names one URI. XML and
-JSON keep the URI itself."""
+JSON keep the URI itself.
+
+And whether two spellings name one resource (`same_uri`): RFC 3986 §6.2.2's syntax-based
+normal form."""
 
 from __future__ import annotations
 
 import re
+import string
+from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["display_iri"]
+__all__ = ["display_iri", "normal_uri", "same_uri"]
 
 _RUN = re.compile(r"(?:%[89A-Fa-f][0-9A-Fa-f])+")
 
@@ -30,3 +35,65 @@ def display_iri(uri: str) -> str:
     if "%" not in uri:
         return uri
     return _RUN.sub(_decode, uri)
+
+
+_PCT = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+#: A URI in normal form already, as nearly all are (`audit` asks of every one): http(s), a
+#: host in lower case, a port that is not the default, no percent-encoding, no fragment
+#: (a dot segment is looked for apart).
+_PLAIN = re.compile(r"https?://[a-z0-9.\-]+(?::(?!0*(?:80|443)/)[0-9]+)?/[^%#]*\Z")
+
+
+def _pct(match: re.Match[str]) -> str:
+    """One percent-encoding in normal form: an unreserved character decoded (§6.2.2.2), the
+    rest in upper-case hex (§6.2.2.1)."""
+    char = chr(int(match.group(1), 16))
+    return char if char in _UNRESERVED else "%" + match.group(1).upper()
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4 on an absolute path: `/a/./b/../c` → `/a/c`."""
+    segments = path.split("/")
+    out: list[str] = []
+    for i, segment in enumerate(segments):
+        if segment in (".", ".."):
+            if segment == ".." and len(out) > 1:
+                out.pop()
+            if i == len(segments) - 1:
+                out.append("")  # `/a/b/..` → `/a/`
+            continue
+        out.append(segment)
+    return "/".join(out)
+
+
+def normal_uri(uri: str) -> str:
+    """`uri` in RFC 3986 §6.2.2's normal form: scheme and host in lower case, the scheme's
+    default port dropped, percent-encodings in upper-case hex and unreserved characters
+    decoded, dot segments removed, an empty path `/` (§6.2.3). Spellings that differ only so
+    name one resource; anything that is not an absolute URI is given back as it is."""
+    if _PLAIN.match(uri) and "/." not in uri:
+        return uri
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError:
+        return uri
+    if not parts.scheme or not parts.netloc:
+        return uri
+    scheme = parts.scheme.lower()
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    host = hostport[: hostport.index("]") + 1] if hostport.startswith("[") else hostport
+    host = host.rsplit(":", 1)[0] if not host.startswith("[") and ":" in host else host
+    netloc = userinfo + at + _PCT.sub(_pct, host).lower()
+    if port is not None and str(port) != _DEFAULT_PORTS.get(scheme):
+        netloc += f":{port}"
+    path = _remove_dot_segments(_PCT.sub(_pct, parts.path)) or "/"
+    query, fragment = _PCT.sub(_pct, parts.query), _PCT.sub(_pct, parts.fragment)
+    return urlunsplit((scheme, netloc, path, query, fragment))
+
+
+def same_uri(a: str, b: str) -> bool:
+    """Whether `a` and `b` are spellings of one URI (`normal_uri`)."""
+    return a == b or normal_uri(a) == normal_uri(b)

@@ -1441,3 +1441,75 @@ def test_a_resource_list_entry_that_says_deleted_is_not_listed(tmp_path: Path) -
         assert src.hits.get("/b.txt") == 1  # by the first run only
         code, found = cli_json("audit", b, dest)
         assert code == 0 and found["in_sync"] == 1, found
+
+
+def test_a_uri_the_source_spells_another_way_is_the_same_resource(tmp_path: Path) -> None:
+    """RFC 3986 §6.2.2: `%7E` and `~`, `%2e` and `.`, a host in upper case spell one URI. A
+    Source whose Change List spells a resource otherwise than its Resource List did had its
+    update refused ("maps to the same local file as …") and its deletion "never held" —
+    said once, and the next run said ok over the file the Source deleted. The copy's record
+    goes over to the spelling listed now, and the change is applied."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a~b.txt"], src.files["/c.txt"], src.files["/d.txt"] = b"x", b"c", b"d"
+        listed = [
+            entry(b, "/a%7Eb.txt", b"x"),
+            entry(b, "/c.txt", b"c"),
+            entry(b, "/d%2etxt", b"d"),
+        ]
+        src.publish(listed, at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        assert tree(dest) == {"a~b.txt": b"x", "c.txt": b"c", "d.txt": b"d"}
+        del src.files["/a~b.txt"]
+        src.files["/c.txt"] = b"cc"
+        port = b.rsplit(":", 1)[1]
+        shouting = f"HTTP://127.0.0.1:{port}"
+        src.publish(
+            [entry(b, "/c.txt", b"cc"), entry(b, "/d.txt", b"d")],
+            at=AT,
+            changes=[
+                {"loc": f"{b}/a~b.txt", "change": "deleted", "datetime": "2024-01-02T00:00:00Z"},
+                entry(shouting, "/c.txt", b"cc", change="updated", datetime="2024-01-03T00:00:00Z"),
+                entry(b, "/d.txt", b"d", change="updated", datetime="2024-01-04T00:00:00Z"),
+            ],
+        )
+        for _ in range(2):
+            code, summary = cli_json("sync", b, dest, "--delete")
+            assert code == 0 and not _set(summary)["problems"], summary
+            assert tree(dest) == {"c.txt": b"cc", "d.txt": b"d"}
+        assert src.hits["/d.txt"] == 1  # held as listed: its record went over, not fetched
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["extra"] == 0, found
+        # From the list as it is now: the records are the spellings it uses.
+        code, summary = cli_json("sync", b, dest, "--baseline", "--delete")
+        assert code == 0 and _set(summary)["fetched"] == 0, summary
+
+
+def test_spellings_of_one_uri_in_one_run_are_one_resource(tmp_path: Path) -> None:
+    """Within one run: the Resource List spells a resource one way and the Change List after
+    it deletes it under another; one list spells a resource both ways. The later entry wins,
+    as for one spelling listed twice — before, the first was fetched (the Source's 404: exit
+    1) or the second refused as another URI's file."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/c.txt"], src.files["/e~.txt"] = b"c", b"e"
+        src.publish(
+            [
+                entry(b, "/a%7Eb.txt", b"gone"),
+                entry(b, "/c.txt", b"c"),
+                entry(b, "/e%7E.txt", b"e"),
+                entry(b, "/e~.txt", b"e"),
+            ],
+            at=AT,
+            changes=[
+                {"loc": f"{b}/a~b.txt", "change": "deleted", "datetime": "2024-01-02T00:00:00Z"}
+            ],
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0 and not _set(summary)["problems"], summary
+        assert tree(dest) == {"c.txt": b"c", "e~.txt": b"e"}
+        assert "/a~b.txt" not in src.hits and src.hits["/e~.txt"] == 1
+        code, found = cli_json("audit", b, dest)
+        assert code == 0, found

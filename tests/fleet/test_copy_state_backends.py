@@ -70,11 +70,14 @@ from tests.destination.test_trust import (  # noqa: F401
     test_a_gap_inside_a_change_list_index_is_reported,
     test_a_later_change_supersedes_a_remembered_failure,
     test_a_pending_deletion_superseded_by_a_re_creation_is_not_applied,
+    test_a_resource_list_entry_that_says_deleted_is_not_listed,
     test_a_resource_list_of_resource_lists_is_followed_not_downloaded,
     test_a_source_whose_history_went_back_is_not_followed_as_if_nothing_changed,
+    test_a_uri_the_source_spells_another_way_is_the_same_resource,
     test_an_edit_that_keeps_the_length_is_fetched_from_a_source_without_digests,
     test_an_entry_without_a_change_is_said_by_every_run_until_a_change_resolves_it,
     test_lastmod_without_datetime_is_not_the_time_of_the_change,
+    test_spellings_of_one_uri_in_one_run_are_one_resource,
     test_the_cursor_is_the_latest_change_applied_not_the_last_listed,
     test_two_uris_never_share_one_local_file,
 )
@@ -202,9 +205,10 @@ def _step(rng: random.Random) -> Callable[[CopyState], Any]:
     if op == 11:  # its file moved (the mappings changed: remap.py)
         to = rng.choice(["moved/", "x/"]) + u[19:]
         return lambda st: st.relocate(u, to)
-    if op == 12:  # another URI's now (a Source that moved); never over one held
-        v = rng.choice(URIS)
-        return lambda st: st.rekey(u, v, s) if v != u and st.known(v) is None else None
+    if op == 12:  # another URI's now (a Source that moved, or spells it otherwise: its set
+        # kept); never over one held
+        v, to = rng.choice(URIS), rng.choice([s, None])
+        return lambda st: st.rekey(u, v, to) if v != u and st.known(v) is None else None
     # A run's plan on the scratch: what it saw, kept and marked as undated.
     seen = rng.sample(URIS, rng.randrange(len(URIS)))
     plan = [(v, rng.choice(["fetch", "keep", "delete"]), rng.choice([None, "sig"])) for v in seen]

@@ -18,6 +18,7 @@ from ..errors import ReadError
 from ..filters import PathFilter
 from ..hashing import ALGORITHMS
 from ..http import make_client
+from ..iri import normal_uri
 from ..model import CHANGES, Resource
 from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX, earliest_at
@@ -67,8 +68,10 @@ def audit(
         db.execute("PRAGMA journal_mode = OFF")
         db.execute("PRAGMA synchronous = OFF")
         db.execute(
-            "CREATE TABLE expected (uri TEXT PRIMARY KEY, length INTEGER, hashes TEXT, "
-            "gone INTEGER, lastmod TEXT, type TEXT)"
+            # By the URI's normal form (`iri.normal_uri`): a Source that spells a resource
+            # two ways (its Change List otherwise than its Resource List) lists one resource.
+            "CREATE TABLE expected (key TEXT PRIMARY KEY, uri TEXT, length INTEGER, "
+            "hashes TEXT, gone INTEGER, lastmod TEXT, type TEXT)"
         )
         for s in info.sets:
             _expected_state(s, db, client, opts, work)
@@ -76,7 +79,7 @@ def audit(
         db.execute("CREATE TABLE accounted (path TEXT PRIMARY KEY)")
         # The `<lastmod>` the copy recorded with each resource it holds, and the MD5 of the
         # bytes it wrote.
-        db.execute("CREATE TABLE recorded (uri TEXT PRIMARY KEY, lastmod TEXT, md5 TEXT)")
+        db.execute("CREATE TABLE recorded (key TEXT PRIMARY KEY, lastmod TEXT, md5 TEXT)")
         mirror.check_state_dir(create=False)
         state_path = mirror.state_dir / STATE_FILE
         comparison = _Comparison(mirror, db, report, opts.filter)
@@ -126,17 +129,16 @@ class _Comparison:
             elsewhere.where(known.uri, known.path)
             if self.excluded(known.uri):
                 continue
+            key = normal_uri(known.uri)
             self.db.execute(
                 "INSERT OR REPLACE INTO recorded VALUES (?, ?, ?)",
                 (
-                    known.uri,
+                    key,
                     _recorded_stamp(known.lastmod) if known.lastmod else None,
                     known.hashes.get("md5"),
                 ),
             )
-            row = self.db.execute(
-                "SELECT gone FROM expected WHERE uri = ?", (known.uri,)
-            ).fetchone()
+            row = self.db.execute("SELECT gone FROM expected WHERE key = ?", (key,)).fetchone()
             if row is None or row[0] == _GONE:
                 try:
                     extra_path = self.mirror.path_for(known.uri)
@@ -164,7 +166,7 @@ class _Comparison:
         """Each resource expected, against the file the copy holds for it."""
         for uri, length, hashes, lastmod, kind, recorded, wrote in self.db.execute(
             "SELECT e.uri, e.length, e.hashes, e.lastmod, e.type, r.lastmod, r.md5 FROM expected e "
-            "LEFT JOIN recorded r ON r.uri = e.uri WHERE e.gone = 0 ORDER BY e.uri"
+            "LEFT JOIN recorded r ON r.key = e.key WHERE e.gone = 0 ORDER BY e.uri"
         ):
             if self.excluded(uri):
                 continue
@@ -270,11 +272,19 @@ def _expected_state(
         )
     at: datetime | None = None
     batch: list[tuple[Any, ...]] = []
-    insert = "INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?, ?, ?)"
+    insert = "INSERT OR REPLACE INTO expected VALUES (?, ?, ?, ?, ?, ?, ?)"
 
     def expected(res: Resource) -> None:
         batch.append(
-            (res.loc, res.length, json.dumps(res.hashes), 0, _stamp(res.lastmod), res.type)
+            (
+                normal_uri(res.loc),
+                res.loc,
+                res.length,
+                json.dumps(res.hashes),
+                0,
+                _stamp(res.lastmod),
+                res.type,
+            )
         )
         if len(batch) >= 2000:
             db.executemany(insert, batch)
@@ -329,12 +339,15 @@ def _expected_state(
             if res.datetime <= at if behind is None else res.datetime < behind:
                 continue
         elif res.lastmod is not None:
-            row = db.execute("SELECT lastmod FROM expected WHERE uri = ?", (res.loc,)).fetchone()
+            row = db.execute(
+                "SELECT lastmod FROM expected WHERE key = ?", (normal_uri(res.loc),)
+            ).fetchone()
             if row is not None and row[0] is not None and row[0] > _stamp(res.lastmod):
                 continue
         db.execute(
             insert,
             (
+                normal_uri(res.loc),
                 res.loc,
                 res.length,
                 json.dumps(res.hashes),

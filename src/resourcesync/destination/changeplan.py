@@ -241,6 +241,8 @@ class ChangePlanner:
                 and not self.planner.claim(res.loc, plan, report, path, res=res)
             ):
                 continue
+            if res.change == "deleted" and not late:
+                self.planner.respell(res.loc, path, plan)
             action = "delete" if res.change == "deleted" else "fetch"
             sig = None if t is not None else undated_sig(res)
             plan.add(res.loc, action, res, sig=sig, late=late)

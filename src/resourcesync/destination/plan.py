@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import ReadError
 from ..hashing import ALGORITHMS, checkable
+from ..iri import same_uri
 from ..jsonable import link_from_json
 from ..model import Resource
 from ..sitemap import walk
@@ -168,11 +169,24 @@ class Plan:
         row = self.db.execute("SELECT uri FROM claims WHERE key = ?", (key,)).fetchone()
         return None if row is None or row[0] == uri else str(row[0])
 
+    def give(self, key: str, uri: str) -> None:
+        """The local path of `path_key` `key` is `uri`'s in this run (claimed by another
+        spelling of it before: `Planner.claim`)."""
+        if self._claims is not None:
+            self._claims[key] = uri
+        else:
+            self.db.execute("UPDATE claims SET uri = ? WHERE key = ?", (uri, key))
+
     def claimed(self, key: str) -> bool:
         """Whether a URI of this run has claimed the local path of `path_key` `key`."""
+        return self.claimant(key) is not None
+
+    def claimant(self, key: str) -> str | None:
+        """The URI of this run that claimed the local path of `path_key` `key`, if any."""
         if self._claims is not None:
-            return key in self._claims
-        return self.db.execute("SELECT 1 FROM claims WHERE key = ?", (key,)).fetchone() is not None
+            return self._claims.get(key)
+        row = self.db.execute("SELECT uri FROM claims WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
 
     def stray(self, path: str) -> None:
         """A file of DEST that no URI of the Source maps to and the copy does not hold."""
@@ -544,6 +558,8 @@ class Planner:
         mirror = self.run.mirror
         key = path_key(mirror.stored(path) if path is not None else mirror.relpath(uri))
         other = None if self._empty else self.run.state.owner(key)
+        if other is not None and other != uri and self.respelled(other, uri, key, set_key):
+            other = None
         if other is not None and other != uri and res is not None and set_key and path:
             # Held for another URI: the Source's former address? (`takeover.py`)
             taken = self.takeover.former_address(uri, path, res, set_key, other)
@@ -553,6 +569,8 @@ class Planner:
                 other = None
         if other is None or other == uri:
             other = plan.claim(key, uri)
+            if other is not None and self._listed_again(other, uri, key, plan, set_key):
+                other = None
         if other is None or other == uri:
             return True
         if quiet or uri in plan.refused_said:
@@ -575,6 +593,47 @@ class Planner:
         if res is not None:
             plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
         return False
+
+    def respell(self, uri: str, path: str, plan: Plan) -> None:
+        """A deletion listed for `uri` (at `path`), which the copy may hold, or this run have
+        planned, under another spelling (see `respelled`; the later entry wins, as in `claim`)."""
+        key = path_key(self.run.mirror.stored(path))
+        claimant = plan.claimant(key)
+        if claimant is not None:
+            self._listed_again(claimant, uri, key, plan)
+            return
+        if self._empty or self.run.state.known(uri) is not None:
+            return
+        held = self.run.state.owner(key)
+        if held is not None and held != uri:
+            self.respelled(held, uri, key)
+
+    def _listed_again(
+        self, first: str, uri: str, key: str, plan: Plan, set_key: str | None = None
+    ) -> bool:
+        """Whether `uri` is another spelling of `first`, which claimed its file in this run: the
+        resource listed again (a Change List after the Resource List, two entries of one
+        list), and the later entry wins, as when one spelling is listed twice — `first`'s
+        plan dropped, the file and the copy's record `uri`'s."""
+        if first == uri or not same_uri(first, uri):
+            return False
+        plan.drop(first)
+        plan.give(key, uri)
+        self.respelled(first, uri, key, set_key)
+        return True
+
+    def respelled(self, held: str, uri: str, key: str, set_key: str | None = None) -> bool:
+        """Whether `uri`, which the copy does not hold, is another spelling of `held`, which
+        holds its file (RFC 3986 §6.2.2: `%7E` for `~`, the host's case, a default port, dot
+        segments): one resource. Its record goes over to the spelling the Source lists now
+        (not in a dry run), so that what happens to it next — an update, a deletion — is
+        applied to the file, not refused (or "never held") over a copy left as it was."""
+        state = self.run.state
+        if not same_uri(held, uri) or state.known(uri) is not None:
+            return False
+        if state.known(held) is not None and not self.run.options.dry_run:
+            state.rekey(held, uri, set_key)
+        return True
 
     def intact(self, uri: str, path: str, known: Known, res: Resource) -> bool:
         """Whether the local file is still what we wrote: its size always; its digest too

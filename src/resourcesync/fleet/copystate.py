@@ -240,10 +240,10 @@ class StoreCopyState:
             (path, path_key(path), self.name, uri),
         )
 
-    def rekey(self, old: str, new: str, set_key: str) -> None:
+    def rekey(self, old: str, new: str, set_key: str | None) -> None:
         with self.transaction():
             self._q(
-                "UPDATE fleet_copy_resource SET uri = ?, set_key = ? "
+                "UPDATE fleet_copy_resource SET uri = ?, set_key = COALESCE(?, set_key) "
                 "WHERE copy_name = ? AND uri = ?",
                 (new, set_key, self.name, old),
             )
