@@ -92,10 +92,12 @@ def test_robots_txt_naming_a_resource_list_for_each_set(tmp_path: Path) -> None:
             return PlainTextResponse("the database is down", status_code=500)
 
         async def robots(request: Any) -> Any:
+            # With a byte order mark before its first line (RFC 9309 §2.3 lets it be), and
+            # lines ended by CRLF.
             return PlainTextResponse(
-                "User-agent: *\n"
-                f"Sitemap: {b}/one/resourcelist.xml\nSitemap: {b}/three/resourcelist.xml\n"
-                f"Sitemap: {b}/two/resourcelist.xml\nSitemap: {b}/gone.xml\n"
+                f"\ufeffSitemap: {b}/one/resourcelist.xml\r\nUser-agent: *\r\n"
+                f"Sitemap: {b}/three/resourcelist.xml\r\n"
+                f"Sitemap: {b}/two/resourcelist.xml\r\nSitemap: {b}/gone.xml\r\n"
             )
 
         src.handlers["/robots.txt"] = robots

@@ -287,7 +287,7 @@ def _discover_site(
         _, robots = _fetch(client, root + "robots.txt")
         listed: list[tuple[str, Document, list[Any]]] = []
         tried: list[ReadError] = []
-        for line in robots.decode("utf-8", "replace").splitlines():
+        for line in robots.decode("utf-8-sig", "replace").splitlines():
             key, sep, value = line.partition(":")
             if sep and key.strip().lower() == "sitemap":
                 target = urljoin(root, value.strip())
