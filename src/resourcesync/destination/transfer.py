@@ -105,7 +105,12 @@ class Transfer:
             nonlocal done
             host = host_key(uri)
             async with hosts.slot(host) as slot:
-                if not await hosts.turn(host):
+                wait = hosts.turn(host)
+                if wait:
+                    await asyncio.sleep(wait)
+                    if hosts.given_up(host):
+                        wait = None
+                if wait is None:
                     self._give_up(uri, res, key, report, host)
                 else:
                     unreachable = await self._fetch_one(
