@@ -47,3 +47,14 @@ def test_a_normal_uri_is_given_back_as_it_is() -> None:
     for uri in ("http://example.org/data/a.txt", "https://h:8443/x?y=1", "urn:isbn:0451450523"):
         assert normal_uri(uri) == uri
     assert normal_uri("http://h:99999999/") == "http://h:99999999/"  # not a URI it can read
+
+
+def test_an_iri_and_its_uri_are_one() -> None:
+    """RFC 3987 §3.1: an IRI's characters outside ASCII are its URI's percent-encoded UTF-8;
+    an international host name is its ASCII form. A space or `"` (no URI holds them) as a
+    browser sends them."""
+    assert same_uri("http://h/新.txt", "http://h/%e6%96%b0.txt")
+    assert same_uri("http://例え.jp/x", "http://XN--R8JZ45G.jp/x")
+    assert same_uri("http://h/a b", "http://h/a%20b")
+    assert same_uri('http://h/a"b', "http://h/a%22b")
+    assert not same_uri("http://h/新.txt", "http://h/%E6%96%B0%2Etxt%2F")

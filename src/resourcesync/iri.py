@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import string
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 __all__ = ["display_iri", "normal_uri", "same_uri"]
 
@@ -43,7 +43,13 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 #: A URI in normal form already, as nearly all are (`audit` asks of every one): http(s), a
 #: host in lower case, a port that is not the default, no percent-encoding, no fragment
 #: (a dot segment is looked for apart).
-_PLAIN = re.compile(r"https?://[a-z0-9.\-]+(?::(?!0*(?:80|443)/)[0-9]+)?/[^%#]*\Z")
+_PLAIN = re.compile(
+    r"https?://[a-z0-9.\-]+(?::(?!0*(?:80|443)/)[0-9]+)?/[A-Za-z0-9\-._~:/?\[\]@!$&'()*+,;=]*\Z"
+)
+#: What a URI may hold as it is (RFC 3986 §2). Other characters — an IRI's (RFC 3987 §3.1),
+#: and those a browser encodes (a space, `"`) — are percent-encoded as UTF-8 (`quote`).
+_URI_CHARS = ":/?#[]@!$&'()*+,;=%-._~"
+_NOT_URI_CHAR = re.compile(r"[^A-Za-z0-9:/?#\[\]@!$&'()*+,;=%\-._~]")
 
 
 def _pct(match: re.Match[str]) -> str:
@@ -71,12 +77,19 @@ def _remove_dot_segments(path: str) -> str:
 def normal_uri(uri: str) -> str:
     """`uri` in RFC 3986 §6.2.2's normal form: scheme and host in lower case, the scheme's
     default port dropped, percent-encodings in upper-case hex and unreserved characters
-    decoded, dot segments removed, an empty path `/` (§6.2.3). Spellings that differ only so
-    name one resource; anything that is not an absolute URI is given back as it is."""
+    decoded, dot segments removed, an empty path `/` (§6.2.3); an IRI as its URI (RFC 3987
+    §3.1: `新` is `%E6%96%B0`, an international host name in its ASCII form). Spellings that
+    differ only so name one resource; anything that is not an absolute URI is given back as
+    it is."""
     if _PLAIN.match(uri) and "/." not in uri:
         return uri
     try:
         parts = urlsplit(uri)
+        if _NOT_URI_CHAR.search(uri):
+            host = parts.hostname or ""
+            if not host.isascii():
+                uri = uri.replace(host, host.encode("idna").decode("ascii"), 1)
+            parts = urlsplit(quote(uri, safe=_URI_CHARS))
         port = parts.port
     except ValueError:
         return uri

@@ -1444,31 +1444,37 @@ def test_a_resource_list_entry_that_says_deleted_is_not_listed(tmp_path: Path) -
 
 
 def test_a_uri_the_source_spells_another_way_is_the_same_resource(tmp_path: Path) -> None:
-    """RFC 3986 §6.2.2: `%7E` and `~`, `%2e` and `.`, a host in upper case spell one URI. A
-    Source whose Change List spells a resource otherwise than its Resource List did had its
-    update refused ("maps to the same local file as …") and its deletion "never held" —
-    said once, and the next run said ok over the file the Source deleted. The copy's record
-    goes over to the spelling listed now, and the change is applied."""
+    """RFC 3986 §6.2.2: `%7E` and `~`, `%2e` and `.`, a host in upper case spell one URI; an
+    IRI's `新` is `%E6%96%B0` (RFC 3987 §3.1). A Source whose Change List spells a resource
+    otherwise than its Resource List did had its update refused ("maps to the same local
+    file as …") and its deletion "never held" — said once, and the next run said ok over the
+    file the Source deleted. The copy's record goes over to the spelling listed now, and the
+    change is applied."""
     dest = tmp_path / "dest"
     with hand_source() as src:
         b = src.base
         src.files["/a~b.txt"], src.files["/c.txt"], src.files["/d.txt"] = b"x", b"c", b"d"
+        src.files["/新.txt"] = b"n"
         listed = [
             entry(b, "/a%7Eb.txt", b"x"),
             entry(b, "/c.txt", b"c"),
             entry(b, "/d%2etxt", b"d"),
+            entry(b, "/新.txt", b"n"),
         ]
         src.publish(listed, at=AT)
         assert cli("sync", b, dest).exit_code == 0
-        assert tree(dest) == {"a~b.txt": b"x", "c.txt": b"c", "d.txt": b"d"}
+        assert tree(dest) == {"a~b.txt": b"x", "c.txt": b"c", "d.txt": b"d", "新.txt": b"n"}
         del src.files["/a~b.txt"]
-        src.files["/c.txt"] = b"cc"
+        src.files["/c.txt"], src.files["/新.txt"] = b"cc", b"nn"
         port = b.rsplit(":", 1)[1]
         shouting = f"HTTP://127.0.0.1:{port}"
         src.publish(
-            [entry(b, "/c.txt", b"cc"), entry(b, "/d.txt", b"d")],
+            [entry(b, "/c.txt", b"cc"), entry(b, "/d.txt", b"d"), entry(b, "/新.txt", b"nn")],
             at=AT,
             changes=[
+                entry(
+                    b, "/%e6%96%b0.txt", b"nn", change="updated", datetime="2024-01-01T01:00:00Z"
+                ),
                 {"loc": f"{b}/a~b.txt", "change": "deleted", "datetime": "2024-01-02T00:00:00Z"},
                 entry(shouting, "/c.txt", b"cc", change="updated", datetime="2024-01-03T00:00:00Z"),
                 entry(b, "/d.txt", b"d", change="updated", datetime="2024-01-04T00:00:00Z"),
@@ -1477,7 +1483,7 @@ def test_a_uri_the_source_spells_another_way_is_the_same_resource(tmp_path: Path
         for _ in range(2):
             code, summary = cli_json("sync", b, dest, "--delete")
             assert code == 0 and not _set(summary)["problems"], summary
-            assert tree(dest) == {"c.txt": b"cc", "d.txt": b"d"}
+            assert tree(dest) == {"c.txt": b"cc", "d.txt": b"d", "新.txt": b"nn"}
         assert src.hits["/d.txt"] == 1  # held as listed: its record went over, not fetched
         code, found = cli_json("audit", b, dest)
         assert code == 0 and found["extra"] == 0, found
