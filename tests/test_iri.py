@@ -22,6 +22,8 @@ def test_non_ascii_decoded_the_rest_kept() -> None:
         ("http://example.com:80/a", "http://example.com/a"),
         ("https://example.com:443/a?q=%7e", "https://example.com/a?q=~"),
         ("http://[::1]:8080/a/../b", "http://[::1]:8080/b"),
+        ("http://h/a#section-2", "http://h/a"),  # a fragment is not sent
+        ("http://h/a?", "http://h/a"),
     ],
 )
 def test_spellings_of_one_uri(a: str, b: str) -> None:

@@ -41,10 +41,10 @@ _PCT = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 #: A URI in normal form already, as nearly all are (`audit` asks of every one): http(s), a
-#: host in lower case, a port that is not the default, no percent-encoding, no fragment
-#: (a dot segment is looked for apart).
+#: host in lower case, a port that is not the default, no percent-encoding, no fragment, no
+#: empty query (a dot segment is looked for apart).
 _PLAIN = re.compile(
-    r"https?://[a-z0-9.\-]+(?::(?!0*(?:80|443)/)[0-9]+)?/[A-Za-z0-9\-._~:/?\[\]@!$&'()*+,;=]*\Z"
+    r"https?://[a-z0-9.\-]+(?::(?!0*(?:80|443)/)[0-9]+)?/[A-Za-z0-9\-._~:/?\[\]@!$&'()*+,;=]*(?<!\?)\Z"
 )
 #: What a URI may hold as it is (RFC 3986 §2). Other characters — an IRI's (RFC 3987 §3.1),
 #: and those a browser encodes (a space, `"`) — are percent-encoded as UTF-8 (`quote`).
@@ -78,9 +78,10 @@ def normal_uri(uri: str) -> str:
     """`uri` in RFC 3986 §6.2.2's normal form: scheme and host in lower case, the scheme's
     default port dropped, percent-encodings in upper-case hex and unreserved characters
     decoded, dot segments removed, an empty path `/` (§6.2.3); an IRI as its URI (RFC 3987
-    §3.1: `新` is `%E6%96%B0`, an international host name in its ASCII form). Spellings that
-    differ only so name one resource; anything that is not an absolute URI is given back as
-    it is."""
+    §3.1: `新` is `%E6%96%B0`, an international host name in its ASCII form); without its
+    fragment, which is not sent (RFC 9110 §4.2.4: `a#x` is retrieved as `a`). Spellings that
+    differ only so name one resource to retrieve; anything that is not an absolute URI is
+    given back as it is."""
     if _PLAIN.match(uri) and "/." not in uri:
         return uri
     try:
@@ -103,8 +104,7 @@ def normal_uri(uri: str) -> str:
     if port is not None and str(port) != _DEFAULT_PORTS.get(scheme):
         netloc += f":{port}"
     path = _remove_dot_segments(_PCT.sub(_pct, parts.path)) or "/"
-    query, fragment = _PCT.sub(_pct, parts.query), _PCT.sub(_pct, parts.fragment)
-    return urlunsplit((scheme, netloc, path, query, fragment))
+    return urlunsplit((scheme, netloc, path, _PCT.sub(_pct, parts.query), ""))
 
 
 def same_uri(a: str, b: str) -> bool:
