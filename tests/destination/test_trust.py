@@ -1519,3 +1519,34 @@ def test_spellings_of_one_uri_in_one_run_are_one_resource(tmp_path: Path) -> Non
         assert "/a~b.txt" not in src.hits and src.hits["/e~.txt"] == 1
         code, found = cli_json("audit", b, dest)
         assert code == 0, found
+
+
+def test_changes_in_times_without_a_zone_are_not_skipped_behind_the_cursor(
+    tmp_path: Path,
+) -> None:
+    """A Source whose Resource List gives `at` with its zone and whose Change Lists give times
+    without one (Python's `fromtimestamp()`), in local time west of UTC: read as UTC, a change
+    made after `at` looked hours older than the cursor and was skipped — the copy kept the old
+    bytes while `sync` said ok and `audit` said in sync. Once the lists give zone-less times
+    the window behind the cursor is 14 hours (any zone), and what the copy does not hold as
+    listed there is applied."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"old"
+        at, local_from = "2024-01-01T12:00:00Z", "2024-01-01T07:00:00"  # 07:00 at UTC-5
+        src.publish([entry(b, "/a.txt", b"old")], at=at, changes_from=local_from)
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/a.txt"] = b"new"  # at 14:00Z: 09:00 where the Source is
+        change = entry(b, "/a.txt", b"new", change="updated", datetime="2024-01-01T09:00:00")
+        src.publish([entry(b, "/a.txt", b"old")], at=at, changes=[change], changes_from=local_from)
+        code, found = cli_json("audit", b, dest)
+        assert code == 1 and found["different"] == 1, found
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and tree(dest) == {"a.txt": b"new"}, summary
+        warned = [p["message"] for p in _set(summary)["problems"]]
+        assert any("up to 14 h behind the cursor" in m for m in warned), warned
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 1, found
+        assert cli("sync", b, dest).exit_code == 0  # and nothing fetched again
+        assert src.hits["/a.txt"] == 2

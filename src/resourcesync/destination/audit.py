@@ -24,7 +24,7 @@ from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX, earliest_at
 from ..sniff import WINDOW, binary_type, looks_like_html, not_a_page_for
 from ..w3cdt import parse_w3c, seconds_before
-from .changeplan import change_entries, lists_covering
+from .changeplan import ZONELESS_LOOKBACK, change_entries, lists_covering
 from .discover import SetInfo, discover
 from .dumps import dumped_changes, dumped_resources
 from .mirror import Mapping, Mirror, UnsafePath
@@ -298,19 +298,18 @@ def _expected_state(
         for res in dumped:
             expected(res)
     also = s.more("resourcelist")
+    # A time without a zone read in the lists: the window behind `at` widens, as `sync`'s does.
+    zoneless = [False]
     for visit in walk(url, mode=FOLLOW_INDEX, client=client, also=also) if url is not None else ():
         doc = visit.reader.document
         expect(doc.capability, "resourcelist", visit.name)
         at = earliest_at(at, visit)
-        if doc.index:
-            for _ in visit.entries():
-                pass
-            continue
         for _, res in visit.entries():
             # A document listed there is no resource, nor is a tombstone (as `sync` reads
-            # them: `Planner._baseline`).
-            if res.capability is None and res.change != "deleted":
+            # them: `Planner._baseline`); an index's entries are its parts.
+            if not doc.index and res.capability is None and res.change != "deleted":
                 expected(res)
+        zoneless[0] = zoneless[0] or visit.reader.zoneless
     db.executemany(insert, batch)
     if at is None:
         return
@@ -324,7 +323,10 @@ def _expected_state(
         def ignore(uri: str, message: str) -> None:
             pass
 
-        changes = change_entries(client, lists, ignore)
+        def seen_zoneless(list_url: str) -> None:
+            zoneless[0] = True
+
+        changes = change_entries(client, lists, ignore, zoneless=seen_zoneless)
     elif cd is not None:
         changes = dumped_changes(client, opts.http, cd, s, at, work)
     else:
@@ -334,7 +336,11 @@ def _expected_state(
     # alone is the resource's Last-Modified, so it is applied unless what is expected already
     # is newer.
     behind = seconds_before(at, opts.lookback) if opts.lookback > 0 else None
+    widen = 0 < opts.lookback < ZONELESS_LOOKBACK
     for res in changes:
+        if widen and zoneless[0]:
+            widen = False
+            behind = seconds_before(at, ZONELESS_LOOKBACK)
         if res.datetime is not None:
             if res.datetime <= at if behind is None else res.datetime < behind:
                 continue

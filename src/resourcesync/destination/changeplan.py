@@ -53,6 +53,9 @@ _MAX_LISTS = 100_000
 #: cursor, and that the cursor came from a change notification.
 BEHIND = "lists-behind:"
 NOTIFIED = "cursor-notified:"
+#: How far behind the cursor changes are looked at once the Source's times come without a
+#: zone: from UTC−12 to UTC+14, the time meant is within 14 hours of the one read.
+ZONELESS_LOOKBACK = 14 * 3600.0
 
 
 class ChangePlanner:
@@ -153,7 +156,11 @@ class ChangePlanner:
         def warn(reader: DocumentReader) -> None:
             tell_warnings(reader, report)
 
-        return change_entries(self.run.client, lists, report.problem, warn)
+        def zoneless(list_url: str) -> None:
+            if self.planner.zoneless is None:
+                self.planner.zoneless = list_url
+
+        return change_entries(self.run.client, lists, report.problem, warn, zoneless)
 
     def changes(
         self,
@@ -175,15 +182,39 @@ class ChangePlanner:
         `lookback` seconds behind the cursor, the changes listed are looked at too: a Source
         that lists its changes by time from a database lists one whose transaction committed
         after a later one had been read behind it, where a cursor never looks again. What
-        the copy does not hold as listed there is planned (see `_late`)."""
+        the copy does not hold as listed there is planned (see `_late`).
+
+        Once a list read in this run gives a time without a zone (read as UTC), the look goes
+        `ZONELESS_LOOKBACK` behind the cursor (unless `--lookback 0` or `--from`): such times
+        may be any zone's, and the cursor may be another document's (a Resource List's `at`
+        with its zone, the Change Lists' times without: Python's `fromtimestamp()`), hours
+        apart — the changes of those hours were skipped as "before the cursor", and every run
+        said ok."""
         last = cursor
         passed_cursor = cursor.uri == ""
         behind = seconds_before(cursor.datetime, lookback) if lookback > 0 else None
         any_late = False
         # What earlier runs left to do, planned before the changes (few rows).
         earlier = plan.uris() if behind is not None else set()
+        planned_before: Callable[[str], bool] = earlier.__contains__
+        opts = self.run.options
+        widen = lookback < ZONELESS_LOOKBACK and opts.lookback > 0 and opts.since is None
         mirror = self.run.mirror
         for res in entries:
+            if widen and self.planner.zoneless is not None:
+                widen = False
+                behind = seconds_before(cursor.datetime, ZONELESS_LOOKBACK)
+                if not lookback:
+                    # A baseline's plan (a lookup: it may hold millions): as it is now, which
+                    # is what was planned before the changes and those planned since.
+                    planned_before = plan.holds
+                report.problem(
+                    self.planner.zoneless,
+                    "warning: the Source's times without a zone (read as UTC) may be any "
+                    f"zone's: the changes listed up to {ZONELESS_LOOKBACK / 3600:.0f} h behind "
+                    "the cursor are looked at too, and what the copy does not hold as listed "
+                    "is applied",
+                )
             t = res.datetime
             late = False
             if t is not None and (
@@ -195,7 +226,7 @@ class ChangePlanner:
                     continue
                 # Behind the cursor: what earlier runs left to do (planned before the
                 # changes) stands; the rest is checked against the copy once planned.
-                if res.loc in earlier:
+                if planned_before(res.loc):
                     continue
                 late = True
                 any_late = True
@@ -409,6 +440,7 @@ def change_entries(
     lists: list[str],
     problem: Callable[[str, str], None],
     warn: Callable[[DocumentReader], None] | None = None,
+    zoneless: Callable[[str], None] | None = None,
 ) -> Iterator[Resource]:
     """The entries of the Change Lists in order, each dated no earlier than what precedes it
     (see `InOrder`). An entry that is itself a document (it carries `capability`: WEKO3
@@ -453,6 +485,9 @@ def change_entries(
                         )
                     continue
                 order.see(res)
+                if zoneless is not None and reader.zoneless:
+                    zoneless(list_url)  # before the entry that (or whose list) gave one
+                    zoneless = None
                 yield res
             late = order.warning()
             if late is not None:

@@ -215,6 +215,11 @@ class Plan:
         q = "SELECT COUNT(*) FROM plan WHERE action = ?"
         return int(self.db.execute(q, (action,)).fetchone()[0])
 
+    def holds(self, uri: str) -> bool:
+        """Whether anything is planned for `uri` (a lookup: the plan may be a baseline's)."""
+        self.flush()
+        return self.db.execute("SELECT 1 FROM plan WHERE uri = ?", (uri,)).fetchone() is not None
+
     def uris(self) -> set[str]:
         """The URIs planned so far."""
         self.flush()
@@ -396,6 +401,10 @@ class Planner:
         self._empty = False
         #: Files held that a baseline takes as they are (`takeover.py`).
         self.takeover = Takeover(run)
+        #: The first list read in this run that gave a time without a zone (read as UTC): its
+        #: times and the cursor's may be hours apart (`ChangePlanner.changes` looks further
+        #: back).
+        self.zoneless: str | None = None
 
     def taken(self, uri: str) -> bool:
         """Whether `--include`/`--exclude` take `uri` (by where it lands under DEST); a URI
@@ -453,6 +462,8 @@ class Planner:
             if doc.index:
                 for _ in visit.entries():
                     pass
+                if visit.reader.zoneless and self.zoneless is None:
+                    self.zoneless = visit.name
                 tell_warnings(visit.reader, report)
                 continue
             # What the Source lists is remembered to find what it no longer lists (`extras`);
@@ -485,6 +496,8 @@ class Planner:
                 if read % _BATCH == 0 and self.run.progress:
                     self.run.progress("read", read, 0, 0)
                 self.fetch_unless_held(res, plan, report, key)
+            if visit.reader.zoneless and self.zoneless is None:
+                self.zoneless = visit.name
             if gone:
                 report.problem(visit.name, tombstones(gone))
             tell_warnings(visit.reader, report)

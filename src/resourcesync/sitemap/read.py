@@ -165,6 +165,12 @@ class DocumentReader:
         self._decoder.warn(kind, message, line)
 
     @property
+    def zoneless(self) -> bool:
+        """Whether a datetime without a time zone has been read (as UTC) so far: the time it
+        meant may be any zone's, hours from what was read."""
+        return self._decoder.bent("zoneless")
+
+    @property
     def size(self) -> int:
         """The bytes read so far (after decompression): the whole document's once read."""
         return self._input.chunks.total

@@ -138,6 +138,10 @@ class ValueReader:
             return read
         return value
 
+    def bent(self, kind: str) -> bool:
+        """Whether the document has bent the rule of `kind` so far (`warn`)."""
+        return kind in self._warned
+
     def warn(self, kind: str, message: str, line: int | None) -> None:
         """A rule the document bends that we read through: said once per document and kind."""
         if kind not in self._warned:
