@@ -1550,3 +1550,25 @@ def test_changes_in_times_without_a_zone_are_not_skipped_behind_the_cursor(
         assert code == 0 and found["in_sync"] == 1, found
         assert cli("sync", b, dest).exit_code == 0  # and nothing fetched again
         assert src.hits["/a.txt"] == 2
+
+
+def test_change_lists_in_times_without_a_zone_east_of_utc_are_no_gap(tmp_path: Path) -> None:
+    """The other side of the same Source: Change Lists in Japan's time without a zone (a list
+    from 21:00 that means 12:00Z), beside a Resource List whose `at` (12:00Z) has its zone.
+    Read as UTC, the lists started nine hours after the copy: a gap on every run, and a
+    baseline (the advice) no help. Lists without a zone that start within 14 hours of the
+    cursor reach it."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"], src.files["/b.txt"] = b"a", b"b"
+        at, local_from = "2024-01-01T12:00:00Z", "2024-01-01T21:00:00"  # 12:00Z at UTC+9
+        src.publish([entry(b, "/a.txt", b"a")], at=at, changes_from=local_from)
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and _set(summary)["gap"] is None, summary
+        change = entry(b, "/b.txt", b"b", change="created", datetime="2024-01-01T22:00:00")
+        src.publish([entry(b, "/a.txt", b"a")], at=at, changes=[change], changes_from=local_from)
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and tree(dest) == {"a.txt": b"a", "b.txt": b"b"}, summary
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 2, found

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import ReadError, ResourceSyncError
@@ -504,9 +504,16 @@ def lists_covering(
 ) -> tuple[list[str] | None, str | None, datetime | None]:
     """The Change Lists (in order) that together cover every change after `after`, the
     Change List Archive included; or (None, why) when the Source no longer lists some of that
-    time (a gap). Third: the earliest `from` of the lists (None when they give none)."""
+    time (a gap). Third: the earliest `from` of the lists (None when they give none).
+
+    Lists whose times have no zone (read as UTC) are taken to reach `after` when they start
+    within `ZONELESS_LOOKBACK` of it: their times may be any zone's, and `after` another
+    document's with its zone (a Resource List's `at`); a list in Japan's time written so
+    looked nine hours late, a gap on every run, a baseline no help. (Consecutive lists, of
+    one Source's writing, are held to meet exactly.)"""
     candidates: dict[str, tuple[datetime | None, datetime | None]] = {}
     archive = None
+    zoneless = False
     # Several Change Lists in the Capability List are the parts of one index (`SetInfo.also`).
     todo = [*reversed(s.more("changelist")), url]
     while todo:
@@ -520,6 +527,7 @@ def lists_covering(
             else:
                 candidates[current] = (doc.from_, doc.until)
             archive = doc.link("archives") or archive
+            zoneless = zoneless or reader.zoneless
         if current == url and not doc.index and doc.until is not None:
             # A closed Change List (given as SOURCE, say): the changes after it are in the
             # Source's current list, found by its `index` link or through its Capability
@@ -537,8 +545,10 @@ def lists_covering(
                 for _, res in visit.entries():
                     if not visit.reader.document.index:
                         candidates.setdefault(res.loc, (res.from_, res.until))
+                zoneless = zoneless or visit.reader.zoneless
         earliest = min((f for f, _ in candidates.values() if f is not None), default=None)
-    if earliest is not None and earliest > after:
+    reach = after + timedelta(seconds=ZONELESS_LOOKBACK) if zoneless else after
+    if earliest is not None and earliest > reach:
         return (
             None,
             f"the Source lists changes from {format_w3c(earliest)} on; this copy is at "
@@ -546,7 +556,8 @@ def lists_covering(
             "(run with --baseline)",
             earliest,
         )
-    chosen = [(f, u, loc) for loc, (f, u) in candidates.items() if u is None or u >= after]
+    back = after - timedelta(seconds=ZONELESS_LOOKBACK) if zoneless else after
+    chosen = [(f, u, loc) for loc, (f, u) in candidates.items() if u is None or u >= back]
     chosen.sort(key=lambda x: (x[0] is None, x[0] or after))
     # Consecutive lists must meet: a list ending before the next one starts leaves changes
     # unlisted (core §12.2: the lists of an index are contiguous) — a gap (issue 10.2).
