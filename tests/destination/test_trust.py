@@ -1572,3 +1572,33 @@ def test_change_lists_in_times_without_a_zone_east_of_utc_are_no_gap(tmp_path: P
         assert code == 0 and tree(dest) == {"a.txt": b"a", "b.txt": b"b"}, summary
         code, found = cli_json("audit", b, dest)
         assert code == 0 and found["in_sync"] == 2, found
+
+
+def test_a_notification_in_times_without_a_zone_is_not_skipped_behind_the_cursor(
+    tmp_path: Path,
+) -> None:
+    """The same Source's change notification, its times without a zone in local time west of
+    UTC: applied with the same wider look behind the cursor as its Change Lists (a follower's
+    notifications were skipped until its next catch-up)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"old"
+        src.publish([entry(b, "/a.txt", b"old")], at="2024-01-01T12:00:00Z")
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/a.txt"] = b"new"
+        info = discover(b)
+        applier = _Applier(info, dest, SyncOptions())
+        try:
+            pushed = Resource(
+                loc=f"{b}/a.txt",
+                change="updated",
+                datetime=datetime(2024, 1, 1, 9, tzinfo=UTC),  # `09:00` as read: 14:00Z meant
+                length=3,
+                hashes={"md5": entry(b, "/a.txt", b"new")["md5"]},
+            )
+            report = applier.apply(info.sets[0], [pushed], zoneless="notification")
+            assert report.fetched == 1, report
+        finally:
+            applier.close()
+        assert tree(dest) == {"a.txt": b"new"}

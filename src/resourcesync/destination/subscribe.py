@@ -120,7 +120,11 @@ class _Applier:
         """The copy's cursor for the set (its `datetime` is the last change applied)."""
         return self._syncer.state.cursor(self._syncer.set_key(s))
 
-    def apply(self, s: SetInfo, entries: list[Resource]) -> SetReport:
+    def apply(self, s: SetInfo, entries: list[Resource], zoneless: str | None = None) -> SetReport:
+        """Apply `entries`; `zoneless`: the notification whose times have no zone, if so
+        (its changes are looked for further behind the cursor: `ChangePlanner.changes`)."""
+        planner = self._syncer.planner
+        planner.zoneless = planner.zoneless or zoneless
         return self._syncer.apply_changes(s, entries)
 
     def close(self) -> None:
@@ -325,6 +329,7 @@ class _Follower:
             with open_document(body, name=f"notification from {ch.hub}") as reader:
                 doc = reader.document
                 entries = list(reader)
+                zoneless = reader.name if reader.zoneless else None
         except ResourceSyncError as exc:
             self.report("dropped", f"unreadable notification: {exc}")
             return
@@ -361,7 +366,7 @@ class _Follower:
         for e in entries:
             order.see(e)
         try:
-            set_report = self.applier.apply(ch.set, entries)
+            set_report = self.applier.apply(ch.set, entries, zoneless)
         except (*_OUTAGE, sqlite3.DatabaseError) as exc:
             _stop_if_damaged(exc)
             if (said := _storage(exc, self.dest)) is not None:
