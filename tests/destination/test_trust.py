@@ -1602,3 +1602,28 @@ def test_a_notification_in_times_without_a_zone_is_not_skipped_behind_the_cursor
         finally:
             applier.close()
         assert tree(dest) == {"a.txt": b"new"}
+
+
+def test_a_resource_list_time_without_a_zone_is_no_gap_for_change_lists_with_theirs(
+    tmp_path: Path,
+) -> None:
+    """The reverse: the Resource List's `at` without a zone, in local time west of UTC (07:00
+    that means 12:00Z), its Change Lists with their zones from 12:00Z. Read as UTC, the copy
+    was five hours behind the lists: a gap on the baseline and on every run after it. The set
+    is remembered to give zone-less times, and the incremental runs after the baseline take
+    its cursor so too."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"], src.files["/b.txt"] = b"a", b"b"
+        at, cl_from = "2024-01-01T07:00:00", "2024-01-01T12:00:00Z"
+        src.publish([entry(b, "/a.txt", b"a")], at=at, changes_from=cl_from)
+        for mode in ("baseline", "incremental"):
+            code, summary = cli_json("sync", b, dest)
+            assert code == 0 and _set(summary)["mode"] == mode, summary
+        change = entry(b, "/b.txt", b"b", change="created", datetime="2024-01-01T13:00:00Z")
+        src.publish([entry(b, "/a.txt", b"a")], at=at, changes=[change], changes_from=cl_from)
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and tree(dest) == {"a.txt": b"a", "b.txt": b"b"}, summary
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 2, found

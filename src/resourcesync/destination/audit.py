@@ -316,7 +316,7 @@ def _expected_state(
     cl, cd = s.url("changelist"), s.url("changedump")
     changes: Iterable[Resource]
     if cl is not None:
-        lists, gap, _ = lists_covering(client, cl, s, at)
+        lists, gap, _ = lists_covering(client, cl, s, at, zoneless=zoneless[0])
         if lists is None:
             raise ReadError(f"cannot tell what the copy should hold: {gap}", source=cl)
 

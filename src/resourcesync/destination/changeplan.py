@@ -41,6 +41,7 @@ from .state import Cursor, keep_links
 __all__ = [
     "BEHIND",
     "NOTIFIED",
+    "ZONELESS",
     "ChangePlanner",
     "InOrder",
     "change_entries",
@@ -50,9 +51,11 @@ __all__ = [
 #: Change Lists one incremental run follows, nested ones included.
 _MAX_LISTS = 100_000
 #: State keys (with a set's key): since when the Source's lists have ended before the copy's
-#: cursor, and that the cursor came from a change notification.
+#: cursor, that the cursor came from a change notification, and that the set's lists have
+#: given times without a zone (the cursor may be one: `ChangePlanner.zoneless`).
 BEHIND = "lists-behind:"
 NOTIFIED = "cursor-notified:"
+ZONELESS = "zoneless:"
 #: How far behind the cursor changes are looked at once the Source's times come without a
 #: zone: from UTC−12 to UTC+14, the time meant is within 14 hours of the one read.
 ZONELESS_LOOKBACK = 14 * 3600.0
@@ -75,6 +78,10 @@ class ChangePlanner:
                 "the Source offers no Change List to follow (use --baseline)",
                 source=s.capabilitylist,
             )
+        if self.planner.zoneless is None and self.run.state.get(ZONELESS + key) is not None:
+            # The cursor may be a time without a zone (a Resource List's `at` so written), as
+            # hours from the Change Lists' as any zone is.
+            self.planner.zoneless = s.url("resourcelist") or url
         lists, covered = self._covering(url, s, cursor, report)
         if lists is None:
             return cursor
@@ -384,7 +391,9 @@ class ChangePlanner:
         change (its `until`) and the next starts there, so once a Source has let the first go
         (it keeps them as long as it likes, core 1.1 §12) the lists start at the time of the
         change this copy last applied without listing it — every change after it listed."""
-        lists, gap, earliest = lists_covering(self.run.client, url, s, cursor.datetime)
+        lists, gap, earliest = lists_covering(
+            self.run.client, url, s, cursor.datetime, zoneless=self.planner.zoneless is not None
+        )
         if gap is not None:
             report.gap = gap
         return lists, earliest is not None and earliest < cursor.datetime
@@ -500,7 +509,7 @@ def change_entries(
 
 
 def lists_covering(
-    client: Any, url: str, s: SetInfo, after: datetime
+    client: Any, url: str, s: SetInfo, after: datetime, *, zoneless: bool = False
 ) -> tuple[list[str] | None, str | None, datetime | None]:
     """The Change Lists (in order) that together cover every change after `after`, the
     Change List Archive included; or (None, why) when the Source no longer lists some of that
@@ -510,10 +519,10 @@ def lists_covering(
     within `ZONELESS_LOOKBACK` of it: their times may be any zone's, and `after` another
     document's with its zone (a Resource List's `at`); a list in Japan's time written so
     looked nine hours late, a gap on every run, a baseline no help. (Consecutive lists, of
-    one Source's writing, are held to meet exactly.)"""
+    one Source's writing, are held to meet exactly.) `zoneless`: `after` is a time without a
+    zone (a Resource List's `at` so written), so even lists with their zones get the slack."""
     candidates: dict[str, tuple[datetime | None, datetime | None]] = {}
     archive = None
-    zoneless = False
     # Several Change Lists in the Capability List are the parts of one index (`SetInfo.also`).
     todo = [*reversed(s.more("changelist")), url]
     while todo:

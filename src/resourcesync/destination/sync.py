@@ -35,7 +35,7 @@ from ..model import Resource
 from ..sqlite import connect_read_only, healthy, set_aside
 from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
-from .changeplan import NOTIFIED, ChangePlanner
+from .changeplan import NOTIFIED, ZONELESS, ChangePlanner
 from .deletions import Deletions
 from .discover import SetInfo, SourceInfo, discover
 from .dumps import (
@@ -213,6 +213,7 @@ class _Syncer:
             report.problem(s.capabilitylist or s.name, warning)
         key = self.set_key(s)
         state = self.state
+        self.planner.zoneless = None  # this set's lists' times are yet to be read
         if self.options.baseline and not self.options.dry_run:
             state.reset(key)
         # A dry run of a baseline leaves the cursor where it is, and plans the baseline.
@@ -259,6 +260,7 @@ class _Syncer:
                     # The copy is brought to the Resource List's time, the cursor stays there
                     # and the run says it could not go further.
                     report.gap = f"the changes after the Resource List could not be read: {exc}"
+            self._remember_zones(key, baseline=True)
         else:
             report.mode = "incremental"
             baseline_at = None
@@ -266,6 +268,7 @@ class _Syncer:
             # lists: a later plan for the same URI replaces an earlier one.
             check_held(self.planner, plan, key, report, self._seed(plan, key, report))
             new_cursor = self._plan_increment(s, key, plan, report, cursor)
+            self._remember_zones(key, baseline=False)
             self._refused_again(plan, report)
             if report.gap is not None:
                 return report
@@ -273,6 +276,17 @@ class _Syncer:
         self._fill_from_dumps(s, plan, key, report, since)
         self._carry_out(plan, key, report, new_cursor, baseline_at)
         return report
+
+    def _remember_zones(self, key: str, *, baseline: bool) -> None:
+        """Whether the set's lists give times without a zone, for the runs after this one
+        (`ChangePlanner.incremental`): said by any list, kept until a baseline reads lists
+        that all give their zones."""
+        if self.options.dry_run:
+            return
+        if self.planner.zoneless is not None:
+            self.state.put(ZONELESS + key, "1")
+        elif baseline:
+            self.state.drop(ZONELESS + key)
 
     def _plan_baseline(
         self, s: SetInfo, key: str, plan: Plan, report: SetReport
