@@ -69,6 +69,13 @@ class ChangePlanner:
         self.planner = planner
         self.run = planner.run
 
+    def remembered_zones(self, s: SetInfo, key: str) -> None:
+        """A set whose lists have given times without a zone (`ZONELESS`, kept by earlier
+        runs): the cursor may be one (a Resource List's `at` so written), as hours from the
+        Change Lists' and the notifications' as any zone is."""
+        if self.planner.zoneless is None and self.run.state.get(ZONELESS + key) is not None:
+            self.planner.zoneless = s.url("resourcelist") or s.url("changelist") or key
+
     def incremental(
         self, s: SetInfo, key: str, plan: Plan, report: SetReport, cursor: Cursor
     ) -> Cursor:
@@ -78,10 +85,7 @@ class ChangePlanner:
                 "the Source offers no Change List to follow (use --baseline)",
                 source=s.capabilitylist,
             )
-        if self.planner.zoneless is None and self.run.state.get(ZONELESS + key) is not None:
-            # The cursor may be a time without a zone (a Resource List's `at` so written), as
-            # hours from the Change Lists' as any zone is.
-            self.planner.zoneless = s.url("resourcelist") or url
+        self.remembered_zones(s, key)
         lists, covered = self._covering(url, s, cursor, report)
         if lists is None:
             return cursor

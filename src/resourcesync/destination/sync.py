@@ -423,6 +423,7 @@ class _Syncer:
             raise ResourceSyncError("no baseline yet for this set", source=s.capabilitylist)
         plan = Plan(self.state.scratch())
         self._seed(plan, key, report)
+        self.changes.remembered_zones(s, key)
         new_cursor = self.changes.changes(entries, plan, report, cursor, self.options.lookback)
         self._refused_again(plan, report)
         self._carry_out(plan, key, report, new_cursor)
