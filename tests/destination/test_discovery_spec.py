@@ -133,3 +133,34 @@ def test_a_capability_list_listed_twice_is_one_set(tmp_path: Path) -> None:
         assert code == 0, summary
         assert [s["name"] for s in summary["sets"]] == ["one", "two"]
         assert tree(dest) == {"one/x.txt": b"one", "two/x.txt": b"two"}
+
+
+def test_robots_txt_sitemaps_are_read_up_to_a_limit_and_that_is_said(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Each `Sitemap:` line is a request, and a site's plain Sitemaps may be many: the first
+    `MAX_ROBOTS_SITEMAPS` are read, and a run says so (a set the others list is not synced)."""
+    import resourcesync.destination.discover as discover_module
+
+    monkeypatch.setattr(discover_module, "MAX_ROBOTS_SITEMAPS", 2)
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        _two_sets(src)
+        plain = f'<?xml version="1.0"?><urlset xmlns="{SM}"><url><loc>{b}/</loc></url></urlset>'
+        src.docs["/sitemap.xml"] = plain.encode()
+
+        async def robots(request: Any) -> Any:
+            return PlainTextResponse(
+                f"Sitemap: {b}/one/resourcelist.xml\nSitemap: {b}/sitemap.xml\n"
+                f"Sitemap: {b}/two/resourcelist.xml\n"
+            )
+
+        src.handlers["/robots.txt"] = robots
+        code, summary = cli_json("sync", b + "/", dest)
+        assert code == 0 and [s["name"] for s in summary["sets"]] == ["one"], summary
+        assert "/two/resourcelist.xml" not in src.hits
+        warned = [p["message"] for p in summary["sets"][0]["problems"]]
+        assert "warning: robots.txt names 3 Sitemaps, of which the first 2 were read" in (
+            " ".join(warned)
+        ), warned

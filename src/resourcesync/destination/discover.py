@@ -24,6 +24,9 @@ from ..sitemap.read import HTML_PAGE, is_url
 __all__ = ["SetInfo", "SourceInfo", "discover", "site_root"]
 
 _MAX_PAGE = 2 * 1024 * 1024
+#: The `Sitemap:` lines of robots.txt read, at most (each is a request: a site's plain
+#: Sitemaps may be many).
+MAX_ROBOTS_SITEMAPS = 100
 
 
 def site_root(url: str) -> str:
@@ -212,7 +215,7 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
     # A site root is a page, not a document: discovery starts at once (well-known first).
     got = None if base else _try_document(source, client)
     more: list[tuple[str, Document, list[Any]]] = []
-    unread: list[ReadError] = []
+    unread: list[str] = []
     if got is not None:
         url, (doc, entries), how = source, got, "given document"
     elif local:
@@ -250,11 +253,8 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
         # from the site's URL.
         base = _site_of(url, doc)
     sets, description = _sets_from(url, doc, entries, client)
-    for failed in unread if sets else ():
-        sets[0].notes.append(
-            f"warning: robots.txt names {failed.source}, which could not be read "
-            f"({failed.message}): a set of resources it may list is not synced"
-        )
+    if sets:
+        sets[0].notes.extend(f"warning: {note}" for note in unread)
     for other in more:
         # robots.txt names one list a set (core §6.3.4): every set it names is the Source's.
         known = {s.capabilitylist or s.name for s in sets}
@@ -271,13 +271,13 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
 
 
 def _discover_site(
-    source: str, client: Any, why: list[ReadError], unread: list[ReadError]
+    source: str, client: Any, why: list[ReadError], unread: list[str]
 ) -> tuple[list[tuple[str, Document, list[Any]]] | None, str]:
     """The ResourceSync documents a site offers, by the first way of core §6.3 that finds
     any: the well-known URI, robots.txt (every ResourceSync document its `Sitemap:` lines
     name: a Source with several sets names one Resource List for each, §6.3.4), a `Link`
     header, a `<link>` of the page. `why` hears why each place tried was not used; `unread`,
-    the `Sitemap:` lines that could not be read beside ResourceSync documents found there."""
+    what of robots.txt could not be read beside the ResourceSync documents found there."""
     root = site_root(source)
     well_known = root + ".well-known/resourcesync"
     got = _try_document(well_known, client, why)
@@ -287,20 +287,33 @@ def _discover_site(
         _, robots = _fetch(client, root + "robots.txt")
         listed: list[tuple[str, Document, list[Any]]] = []
         tried: list[ReadError] = []
+        targets: list[str] = []
         for line in robots.decode("utf-8-sig", "replace").splitlines():
             key, sep, value = line.partition(":")
             if sep and key.strip().lower() == "sitemap":
                 target = urljoin(root, value.strip())
-                if any(target == t for t, _, _ in listed):
-                    continue
-                got = _try_document(target, client, tried)
-                # robots.txt lists plain Sitemaps too (spec Example 11 puts the Resource List
-                # among them): only ResourceSync documents are taken (issue 10.9).
-                if got is not None and got[0].capability is not None:
-                    listed.append((target, *got))
+                if target not in targets:
+                    targets.append(target)
+        for target in targets[:MAX_ROBOTS_SITEMAPS]:
+            got = _try_document(target, client, tried)
+            # robots.txt lists plain Sitemaps too (spec Example 11 puts the Resource List
+            # among them): only ResourceSync documents are taken (issue 10.9).
+            if got is not None and got[0].capability is not None:
+                listed.append((target, *got))
         why.extend(tried)
         if listed:
-            unread.extend(exc for exc in tried if not _absent(exc))
+            unread.extend(
+                f"robots.txt names {exc.source}, which could not be read ({exc.message}): a set "
+                "of resources it may list is not synced"
+                for exc in tried
+                if not _absent(exc)
+            )
+            if len(targets) > MAX_ROBOTS_SITEMAPS:
+                unread.append(
+                    f"robots.txt names {len(targets):,} Sitemaps, of which the first "
+                    f"{MAX_ROBOTS_SITEMAPS} were read: a set of resources the others may list "
+                    "is not synced"
+                )
             return listed, "robots.txt"
     except ReadError:
         pass
