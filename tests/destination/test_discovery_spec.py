@@ -164,3 +164,32 @@ def test_robots_txt_sitemaps_are_read_up_to_a_limit_and_that_is_said(
         assert "warning: robots.txt names 3 Sitemaps, of which the first 2 were read" in (
             " ".join(warned)
         ), warned
+
+
+def test_a_source_description_that_cannot_be_read_now_is_said(tmp_path: Path) -> None:
+    """`/.well-known/resourcesync` answering 503 for a while: discovery goes on to robots.txt,
+    which names one set's Resource List — and the run said ok over a copy whose other set (only
+    the Source Description names it) it never looked at. It says so now."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        names = _two_sets(src)
+        src.docs["/.well-known/resourcesync"] = urlset(
+            "description",
+            [{"loc": f"{b}/{n}/capabilitylist.xml", "capability": "capabilitylist"} for n in names],
+        )
+
+        async def robots(request: Any) -> Any:
+            return PlainTextResponse(f"Sitemap: {b}/one/resourcelist.xml\n")
+
+        async def down(request: Any) -> Any:
+            return PlainTextResponse("down for maintenance", status_code=503)
+
+        src.handlers["/robots.txt"] = robots
+        src.handlers["/.well-known/resourcesync"] = down
+        code, summary = cli_json("sync", b + "/", dest, "--retries", "0")
+        assert code == 0 and summary["how"] == "robots.txt", summary
+        assert len(summary["sets"]) == 1, summary
+        warned = " ".join(p["message"] for p in summary["sets"][0]["problems"])
+        assert "/.well-known/resourcesync could not be read (HTTP 503" in warned, warned
+        assert "a set only it names is not synced" in warned, warned

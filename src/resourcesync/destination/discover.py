@@ -277,12 +277,20 @@ def _discover_site(
     any: the well-known URI, robots.txt (every ResourceSync document its `Sitemap:` lines
     name: a Source with several sets names one Resource List for each, §6.3.4), a `Link`
     header, a `<link>` of the page. `why` hears why each place tried was not used; `unread`,
-    what of robots.txt could not be read beside the ResourceSync documents found there."""
+    what could not be read beside the documents found (the Source Description, robots.txt's
+    lines), said by the runs that sync what was found."""
     root = site_root(source)
     well_known = root + ".well-known/resourcesync"
     got = _try_document(well_known, client, why)
     if got is not None:
         return [(well_known, *got)], "well-known URI"
+    if why and not _absent(why[-1]):
+        # There, but not readable now (a 503): the sets found another way may be fewer than
+        # its Source Description names (core §6.3.2), and a run that syncs them says so.
+        unread.append(
+            f"the Source Description at {well_known} could not be read ({why[-1].message}): "
+            "a set only it names is not synced"
+        )
     try:
         _, robots = _fetch(client, root + "robots.txt")
         listed: list[tuple[str, Document, list[Any]]] = []
