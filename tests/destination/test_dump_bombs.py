@@ -107,13 +107,20 @@ def _package(b: str, files: dict[str, bytes]) -> bytes:
 _FILES = {"a.txt": b"a", "b.txt": b"bb", "c.txt": b"ccc"}
 
 
-def _two_packages(src: Any) -> tuple[dict[str, bytes], bytes, bytes]:
-    """`_FILES` served, and in two packages at /p1.zip and /p2.zip (a.txt; b.txt and c.txt)."""
+def _two_dumps(src: Any) -> dict[str, bytes]:
+    """`_FILES` served, and in two packages at /p1.zip and /p2.zip (a.txt; b.txt and c.txt),
+    each the one package of a Resource Dump (/rd1.xml, /rd2.xml); returns `_FILES`."""
     b = src.base
     src.files.update({f"/{k}": v for k, v in _FILES.items()})
     p1, p2 = _package(b, {"a.txt": b"a"}), _package(b, {"b.txt": b"bb", "c.txt": b"ccc"})
     src.files["/p1.zip"], src.files["/p2.zip"] = p1, p2
-    return dict(_FILES), p1, p2
+    for n, package in ((1, p1), (2, p2)):
+        src.docs[f"/rd{n}.xml"] = urlset(
+            "resourcedump",
+            [{"loc": f"{b}/p{n}.zip", "length": len(package), "md5": md5(package)}],
+            at="2024-01-01T00:00:00Z",
+        )
+    return dict(_FILES)
 
 
 def test_a_resource_dump_index_is_followed_to_its_packages(tmp_path: Path) -> None:
@@ -121,7 +128,7 @@ def test_a_resource_dump_index_is_followed_to_its_packages(tmp_path: Path) -> No
     dest = tmp_path / "dest"
     with hand_source() as src:
         b = src.base
-        files, p1, p2 = _two_packages(src)
+        files = _two_dumps(src)
         src.publish(
             [entry(b, f"/{k}", v) for k, v in files.items()],
             extra_caps=[{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}],
@@ -131,13 +138,6 @@ def test_a_resource_dump_index_is_followed_to_its_packages(tmp_path: Path) -> No
             [{"loc": f"{b}/rd1.xml"}, {"loc": f"{b}/rd2.xml"}],
             at="2024-01-01T00:00:00Z",
         )
-        for name, package in (("rd1", p1), ("rd2", p2)):
-            number = name[-1]
-            src.docs[f"/{name}.xml"] = urlset(
-                "resourcedump",
-                [{"loc": f"{b}/p{number}.zip", "length": len(package), "md5": md5(package)}],
-                at="2024-01-01T00:00:00Z",
-            )
         code, summary = cli_json("sync", b, dest, "--via", "dumps")
         s = _set(summary)
         assert code == 0 and s["via"] == "dumps", summary
@@ -157,19 +157,13 @@ def test_resource_dumps_listed_twice_in_the_capability_list_are_both_used(
     dest = tmp_path / "dest"
     with hand_source() as src:
         b = src.base
-        files, p1, p2 = _two_packages(src)
+        files = _two_dumps(src)
         src.capabilities(
             [
                 {"loc": f"{b}/rd1.xml", "capability": "resourcedump"},
                 {"loc": f"{b}/rd2.xml", "capability": "resourcedump"},
             ]
         )
-        for name, package in (("rd1", p1), ("rd2", p2)):
-            src.docs[f"/{name}.xml"] = urlset(
-                "resourcedump",
-                [{"loc": f"{b}/p{name[-1]}.zip", "length": len(package), "md5": md5(package)}],
-                at="2024-01-01T00:00:00Z",
-            )
         code, summary = cli_json("sync", b, dest)
         s = _set(summary)
         assert code == 0 and s["via"] == "dumps", summary
