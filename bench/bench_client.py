@@ -306,7 +306,11 @@ def main() -> int:
         server = start_nginx(port, docs, files)
         try:
             compare("nginx", base, tsv, args.files, concs, args.rounds, env, results)
-            wall, _ = run_client("sync", 64, base, tsv, args.files, env)
+            # The best of `--rounds` runs, as every figure of the table above (a shared
+            # machine's single run measures its neighbours as much as the client).
+            wall = min(
+                run_client("sync", 64, base, tsv, args.files, env)[0] for _ in range(args.rounds)
+            )
             fast = args.files / wall
             results["fast_host_per_s"] = fast
             print(
