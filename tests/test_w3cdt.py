@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resourcesync.w3cdt import W3CDatetimeError, format_w3c, parse_w3c
+from resourcesync.w3cdt import W3CDatetimeError, coarseness, format_w3c, parse_w3c
 
 
 @pytest.mark.parametrize(
@@ -120,3 +120,21 @@ def test_seconds_before_stops_at_the_earliest_datetime() -> None:
     assert seconds_before(datetime(1, 1, 1, 0, 5, tzinfo=UTC), 600) == datetime.min.replace(
         tzinfo=UTC
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "hours"),
+    [
+        ("2024-01-02", 24 + 14),
+        (" 2024-01-02 ", 24 + 14),
+        ("2024-01", 31 * 24 + 14),
+        ("2024", 366 * 24 + 14),
+        ("2024-01-02T10:00Z", 0),
+        ("2024-01-02T10:00:00Z", 0),
+        ("2024-01-02T10:00:00.5+09:00", 0),
+    ],
+)
+def test_a_time_naming_a_day_month_or_year_leaves_that_span_and_any_zone_open(
+    text: str, hours: int
+) -> None:
+    assert coarseness(text) == hours * 3600

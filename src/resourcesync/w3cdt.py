@@ -14,7 +14,9 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 
 __all__ = [
+    "ZONE_SPAN",
     "W3CDatetimeError",
+    "coarseness",
     "format_w3c",
     "parse_bent",
     "parse_http_date",
@@ -37,6 +39,23 @@ _PATTERN = re.compile(
 _ZONELESS = re.compile(
     r"(?P<date>\d{4}-\d{2}-\d{2})T(?P<time>\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)", re.ASCII
 )
+
+
+#: From UTC−12 to UTC+14: a time read as UTC that was written without its zone is within 14
+#: hours of the time meant.
+ZONE_SPAN = 14 * 3600.0
+#: What a W3C Datetime of reduced precision names, by its length: a day, a month, a year.
+_SPANS = {10: 86400.0, 7: 31 * 86400.0, 4: 366 * 86400.0}
+
+
+def coarseness(text: str) -> float:
+    """How far (seconds) the time meant by a W3C Datetime may be from the one `parse_w3c`
+    reads when the text names a day, a month or a year rather than a time (`2024-01-02` is
+    read as its midnight UTC; the change it dates may be at any time of that day, in any
+    zone): the span it names and `ZONE_SPAN`. 0 for a time of day (to the minute, with its
+    zone)."""
+    span = _SPANS.get(len(text.strip()))
+    return 0.0 if span is None else span + ZONE_SPAN
 
 
 class W3CDatetimeError(ValueError):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import pytest
 from starlette.responses import PlainTextResponse
 
 from resourcesync.destination.discover import discover
@@ -1521,37 +1522,6 @@ def test_spellings_of_one_uri_in_one_run_are_one_resource(tmp_path: Path) -> Non
         assert code == 0, found
 
 
-def test_changes_in_times_without_a_zone_are_not_skipped_behind_the_cursor(
-    tmp_path: Path,
-) -> None:
-    """A Source whose Resource List gives `at` with its zone and whose Change Lists give times
-    without one (Python's `fromtimestamp()`), in local time west of UTC: read as UTC, a change
-    made after `at` looked hours older than the cursor and was skipped — the copy kept the old
-    bytes while `sync` said ok and `audit` said in sync. Once the lists give zone-less times
-    the window behind the cursor is 14 hours (any zone), and what the copy does not hold as
-    listed there is applied."""
-    dest = tmp_path / "dest"
-    with hand_source() as src:
-        b = src.base
-        src.files["/a.txt"] = b"old"
-        at, local_from = "2024-01-01T12:00:00Z", "2024-01-01T07:00:00"  # 07:00 at UTC-5
-        src.publish([entry(b, "/a.txt", b"old")], at=at, changes_from=local_from)
-        assert cli("sync", b, dest).exit_code == 0
-        src.files["/a.txt"] = b"new"  # at 14:00Z: 09:00 where the Source is
-        change = entry(b, "/a.txt", b"new", change="updated", datetime="2024-01-01T09:00:00")
-        src.publish([entry(b, "/a.txt", b"old")], at=at, changes=[change], changes_from=local_from)
-        code, found = cli_json("audit", b, dest)
-        assert code == 1 and found["different"] == 1, found
-        code, summary = cli_json("sync", b, dest)
-        assert code == 0 and tree(dest) == {"a.txt": b"new"}, summary
-        warned = [p["message"] for p in _set(summary)["problems"]]
-        assert any("up to 14 h behind the cursor" in m for m in warned), warned
-        code, found = cli_json("audit", b, dest)
-        assert code == 0 and found["in_sync"] == 1, found
-        assert cli("sync", b, dest).exit_code == 0  # and nothing fetched again
-        assert src.hits["/a.txt"] == 2
-
-
 def test_change_lists_in_times_without_a_zone_east_of_utc_are_no_gap(tmp_path: Path) -> None:
     """The other side of the same Source: Change Lists in Japan's time without a zone (a list
     from 21:00 that means 12:00Z), beside a Resource List whose `at` (12:00Z) has its zone.
@@ -1572,6 +1542,48 @@ def test_change_lists_in_times_without_a_zone_east_of_utc_are_no_gap(tmp_path: P
         assert code == 0 and tree(dest) == {"a.txt": b"a", "b.txt": b"b"}, summary
         code, found = cli_json("audit", b, dest)
         assert code == 0 and found["in_sync"] == 2, found
+
+
+@pytest.mark.parametrize(
+    ("at", "cl_from", "dated", "hours"),
+    [
+        # Local times without a zone west of UTC (`fromtimestamp()`): 07:00 at UTC-5 is 12:00Z,
+        # and the change made at 14:00Z is dated 09:00.
+        ("2024-01-01T12:00:00Z", "2024-01-01T07:00:00", "2024-01-01T09:00:00", 14),
+        # Changes dated by their day (valid W3C Datetime, as a daily batch writes them): the
+        # change made at 10:00Z, after `at`, is dated 2024-01-02, read as midnight UTC.
+        ("2024-01-02T05:00:00Z", "2024-01-02", "2024-01-02", 38),
+    ],
+    ids=["zoneless", "a-day"],
+)
+def test_changes_in_times_without_a_zone_are_not_skipped_behind_the_cursor(
+    tmp_path: Path, at: str, cl_from: str, dated: str, hours: int
+) -> None:
+    """A Source whose Resource List gives `at` with its zone and whose Change Lists give times
+    without one, or name a day: read as UTC (a day as its midnight), a change made after `at`
+    looked hours older than the cursor and was skipped — the copy kept the old bytes while
+    `sync` said ok and `audit` said in sync. Once the lists give such times the window behind
+    the cursor is 14 hours (any zone), and a day more for a day, and what the copy does not
+    hold as listed there is applied."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"old"
+        src.publish([entry(b, "/a.txt", b"old")], at=at, changes_from=cl_from)
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/a.txt"] = b"new"
+        change = entry(b, "/a.txt", b"new", change="updated", datetime=dated)
+        src.publish([entry(b, "/a.txt", b"old")], at=at, changes=[change], changes_from=cl_from)
+        code, found = cli_json("audit", b, dest)
+        assert code == 1 and found["different"] == 1, found
+        code, summary = cli_json("sync", b, dest)
+        assert code == 0 and tree(dest) == {"a.txt": b"new"}, summary
+        warned = [p["message"] for p in _set(summary)["problems"]]
+        assert any(f"up to {hours} h behind the cursor" in m for m in warned), warned
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 1, found
+        assert cli("sync", b, dest).exit_code == 0  # and nothing fetched again
+        assert src.hits["/a.txt"] == 2
 
 
 def test_a_notification_in_times_without_a_zone_is_not_skipped_behind_the_cursor(
@@ -1597,31 +1609,41 @@ def test_a_notification_in_times_without_a_zone_is_not_skipped_behind_the_cursor
                 length=3,
                 hashes={"md5": entry(b, "/a.txt", b"new")["md5"]},
             )
-            report = applier.apply(info.sets[0], [pushed], zoneless="notification")
+            report = applier.apply(info.sets[0], [pushed], loose=("notification", 14 * 3600.0))
             assert report.fetched == 1, report
         finally:
             applier.close()
         assert tree(dest) == {"a.txt": b"new"}
 
 
+@pytest.mark.parametrize(
+    ("at", "cl_from", "changed"),
+    [
+        # `at` without a zone, in local time west of UTC: 07:00 that means 12:00Z.
+        ("2024-01-01T07:00:00", "2024-01-01T12:00:00Z", "2024-01-01T13:00:00Z"),
+        # `at` a day: read as midnight UTC; made at midnight in Japan, 15:00Z the day before.
+        ("2024-01-02", "2024-01-01T15:00:00Z", "2024-01-01T20:00:00Z"),
+    ],
+    ids=["zoneless", "a-day"],
+)
 def test_a_resource_list_time_without_a_zone_is_no_gap_for_change_lists_with_theirs(
-    tmp_path: Path,
+    tmp_path: Path, at: str, cl_from: str, changed: str
 ) -> None:
-    """The reverse: the Resource List's `at` without a zone, in local time west of UTC (07:00
-    that means 12:00Z), its Change Lists with their zones from 12:00Z. Read as UTC, the copy
-    was five hours behind the lists: a gap on the baseline and on every run after it. The set
-    is remembered to give zone-less times, and the incremental runs after the baseline take
-    its cursor so too."""
+    """The reverse: the Resource List's `at` without a zone (or a day), its Change Lists with
+    their zones and times from when it was made. Read as UTC, the copy was hours behind the
+    lists: a gap on the baseline and on every run after it (a change made after the copy,
+    dated before `at` as read, skipped). The set is remembered to give such times, and the
+    incremental runs after the baseline (which read no Resource List) take its cursor so
+    too."""
     dest = tmp_path / "dest"
     with hand_source() as src:
         b = src.base
         src.files["/a.txt"], src.files["/b.txt"] = b"a", b"b"
-        at, cl_from = "2024-01-01T07:00:00", "2024-01-01T12:00:00Z"
         src.publish([entry(b, "/a.txt", b"a")], at=at, changes_from=cl_from)
         for mode in ("baseline", "incremental"):
             code, summary = cli_json("sync", b, dest)
             assert code == 0 and _set(summary)["mode"] == mode, summary
-        change = entry(b, "/b.txt", b"b", change="created", datetime="2024-01-01T13:00:00Z")
+        change = entry(b, "/b.txt", b"b", change="created", datetime=changed)
         src.publish([entry(b, "/a.txt", b"a")], at=at, changes=[change], changes_from=cl_from)
         code, summary = cli_json("sync", b, dest)
         assert code == 0 and tree(dest) == {"a.txt": b"a", "b.txt": b"b"}, summary

@@ -24,7 +24,7 @@ from ..sitemap import walk
 from ..sitemap.follow import FOLLOW_INDEX, earliest_at
 from ..sniff import WINDOW, binary_type, looks_like_html, not_a_page_for
 from ..w3cdt import parse_w3c, seconds_before
-from .changeplan import ZONELESS_LOOKBACK, change_entries, lists_covering
+from .changeplan import change_entries, lists_covering
 from .discover import SetInfo, discover
 from .dumps import dumped_changes, dumped_resources
 from .mirror import Mapping, Mirror, UnsafePath
@@ -298,8 +298,9 @@ def _expected_state(
         for res in dumped:
             expected(res)
     also = s.more("resourcelist")
-    # A time without a zone read in the lists: the window behind `at` widens, as `sync`'s does.
-    zoneless = [False]
+    # A time without a zone (or naming a day) read in the lists: the window behind `at` widens
+    # by how far such times may be from those meant, as `sync`'s does.
+    slack = [0.0]
     for visit in walk(url, mode=FOLLOW_INDEX, client=client, also=also) if url is not None else ():
         doc = visit.reader.document
         expect(doc.capability, "resourcelist", visit.name)
@@ -309,24 +310,24 @@ def _expected_state(
             # them: `Planner._baseline`); an index's entries are its parts.
             if not doc.index and res.capability is None and res.change != "deleted":
                 expected(res)
-        zoneless[0] = zoneless[0] or visit.reader.zoneless
+        slack[0] = max(slack[0], visit.reader.slack)
     db.executemany(insert, batch)
     if at is None:
         return
     cl, cd = s.url("changelist"), s.url("changedump")
     changes: Iterable[Resource]
     if cl is not None:
-        lists, gap, _ = lists_covering(client, cl, s, at, zoneless=zoneless[0])
+        lists, gap, _ = lists_covering(client, cl, s, at, slack=slack[0])
         if lists is None:
             raise ReadError(f"cannot tell what the copy should hold: {gap}", source=cl)
 
         def ignore(uri: str, message: str) -> None:
             pass
 
-        def seen_zoneless(list_url: str) -> None:
-            zoneless[0] = True
+        def loose(list_url: str, seconds: float) -> None:
+            slack[0] = max(slack[0], seconds)
 
-        changes = change_entries(client, lists, ignore, zoneless=seen_zoneless)
+        changes = change_entries(client, lists, ignore, loose=loose)
     elif cd is not None:
         changes = dumped_changes(client, opts.http, cd, s, at, work)
     else:
@@ -336,11 +337,11 @@ def _expected_state(
     # alone is the resource's Last-Modified, so it is applied unless what is expected already
     # is newer.
     behind = seconds_before(at, opts.lookback) if opts.lookback > 0 else None
-    widen = 0 < opts.lookback < ZONELESS_LOOKBACK
+    widened = opts.lookback if opts.lookback > 0 else float("inf")
     for res in changes:
-        if widen and zoneless[0]:
-            widen = False
-            behind = seconds_before(at, ZONELESS_LOOKBACK)
+        if slack[0] > widened:
+            widened = slack[0]
+            behind = seconds_before(at, widened)
         if res.datetime is not None:
             if res.datetime <= at if behind is None else res.datetime < behind:
                 continue

@@ -20,7 +20,7 @@ from ..model import CHANGES, Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
 from ..sitemap.read import DocumentReader
-from ..w3cdt import format_w3c, seconds_before
+from ..w3cdt import ZONE_SPAN, format_w3c, seconds_before
 from .discover import SetInfo
 from .mirror import UnsafePath
 from .paths import Unmapped
@@ -51,14 +51,12 @@ __all__ = [
 #: Change Lists one incremental run follows, nested ones included.
 _MAX_LISTS = 100_000
 #: State keys (with a set's key): since when the Source's lists have ended before the copy's
-#: cursor, that the cursor came from a change notification, and that the set's lists have
-#: given times without a zone (the cursor may be one: `ChangePlanner.zoneless`).
+#: cursor, that the cursor came from a change notification, and how far (seconds) the set's
+#: lists' times may be from the times meant (given without a zone, or naming a day: the cursor
+#: may be one, `ChangePlanner.remembered_zones`).
 BEHIND = "lists-behind:"
 NOTIFIED = "cursor-notified:"
 ZONELESS = "zoneless:"
-#: How far behind the cursor changes are looked at once the Source's times come without a
-#: zone: from UTC−12 to UTC+14, the time meant is within 14 hours of the one read.
-ZONELESS_LOOKBACK = 14 * 3600.0
 
 
 class ChangePlanner:
@@ -70,11 +68,19 @@ class ChangePlanner:
         self.run = planner.run
 
     def remembered_zones(self, s: SetInfo, key: str) -> None:
-        """A set whose lists have given times without a zone (`ZONELESS`, kept by earlier
-        runs): the cursor may be one (a Resource List's `at` so written), as hours from the
-        Change Lists' and the notifications' as any zone is."""
-        if self.planner.zoneless is None and self.run.state.get(ZONELESS + key) is not None:
-            self.planner.zoneless = s.url("resourcelist") or s.url("changelist") or key
+        """A set whose lists have given times without a zone or naming a day (`ZONELESS`,
+        kept by earlier runs, with how far they may be from the times meant): the cursor may
+        be one (a Resource List's `at` so written), as hours from the Change Lists' and the
+        notifications' as any zone is."""
+        kept = self.run.state.get(ZONELESS + key)
+        if kept is not None:
+            try:
+                slack = float(kept)
+            except ValueError:
+                slack = 0.0
+            # ("1": kept by a resourcesync that knew of times without a zone only.)
+            name = s.url("resourcelist") or s.url("changelist") or key
+            self.planner.loose(name, slack if slack > 1 else ZONE_SPAN)
 
     def incremental(
         self, s: SetInfo, key: str, plan: Plan, report: SetReport, cursor: Cursor
@@ -167,11 +173,7 @@ class ChangePlanner:
         def warn(reader: DocumentReader) -> None:
             tell_warnings(reader, report)
 
-        def zoneless(list_url: str) -> None:
-            if self.planner.zoneless is None:
-                self.planner.zoneless = list_url
-
-        return change_entries(self.run.client, lists, report.problem, warn, zoneless)
+        return change_entries(self.run.client, lists, report.problem, warn, self.planner.loose)
 
     def changes(
         self,
@@ -196,11 +198,12 @@ class ChangePlanner:
         the copy does not hold as listed there is planned (see `_late`).
 
         Once a list read in this run gives a time without a zone (read as UTC), the look goes
-        `ZONELESS_LOOKBACK` behind the cursor (unless `--lookback 0` or `--from`): such times
+        `ZONE_SPAN` (14 h) behind the cursor (unless `--lookback 0` or `--from`): such times
         may be any zone's, and the cursor may be another document's (a Resource List's `at`
         with its zone, the Change Lists' times without: Python's `fromtimestamp()`), hours
         apart — the changes of those hours were skipped as "before the cursor", and every run
-        said ok."""
+        said ok. A change dated by its day (`2024-01-02`, read as its midnight UTC) may be at
+        any time of it: the look goes back a day further (the planner's `slack`)."""
         last = cursor
         passed_cursor = cursor.uri == ""
         behind = seconds_before(cursor.datetime, lookback) if lookback > 0 else None
@@ -209,23 +212,20 @@ class ChangePlanner:
         earlier = plan.uris() if behind is not None else set()
         planned_before: Callable[[str], bool] = earlier.__contains__
         opts = self.run.options
-        widen = lookback < ZONELESS_LOOKBACK and opts.lookback > 0 and opts.since is None
+        # How far behind the cursor the look goes now (widened once a list's times are found
+        # to be far from those meant; not with `--lookback 0` or `--from`).
+        widened = lookback if opts.lookback > 0 and opts.since is None else float("inf")
+        planner = self.planner
         mirror = self.run.mirror
         for res in entries:
-            if widen and self.planner.zoneless is not None:
-                widen = False
-                behind = seconds_before(cursor.datetime, ZONELESS_LOOKBACK)
+            if planner.slack > widened:
+                widened = planner.slack
+                behind = seconds_before(cursor.datetime, widened)
                 if not lookback:
                     # A baseline's plan (a lookup: it may hold millions): as it is now, which
                     # is what was planned before the changes and those planned since.
                     planned_before = plan.holds
-                report.problem(
-                    self.planner.zoneless,
-                    "warning: the Source's times without a zone (read as UTC) may be any "
-                    f"zone's: the changes listed up to {ZONELESS_LOOKBACK / 3600:.0f} h behind "
-                    "the cursor are looked at too, and what the copy does not hold as listed "
-                    "is applied",
-                )
+                report.problem(planner.imprecise or "", _widened(widened))
             t = res.datetime
             late = False
             if t is not None and (
@@ -396,7 +396,7 @@ class ChangePlanner:
         (it keeps them as long as it likes, core 1.1 §12) the lists start at the time of the
         change this copy last applied without listing it — every change after it listed."""
         lists, gap, earliest = lists_covering(
-            self.run.client, url, s, cursor.datetime, zoneless=self.planner.zoneless is not None
+            self.run.client, url, s, cursor.datetime, slack=self.planner.slack
         )
         if gap is not None:
             report.gap = gap
@@ -448,12 +448,27 @@ class InOrder:
         )
 
 
+def _widened(slack: float) -> str:
+    """What a run says when it looks `slack` seconds behind its cursor for the Source's
+    imprecise times."""
+    why = (
+        "times without a zone (read as UTC) may be any zone's"
+        if slack <= ZONE_SPAN
+        else "times naming a day (read as its midnight UTC) may be any time of it, in any zone"
+    )
+    span = f"{slack / 3600:g} h" if slack < 172800 else _duration(slack)
+    return (
+        f"warning: the Source's {why}: the changes listed up to {span} behind the "
+        "cursor are looked at too, and what the copy does not hold as listed is applied"
+    )
+
+
 def change_entries(
     client: Any,
     lists: list[str],
     problem: Callable[[str, str], None],
     warn: Callable[[DocumentReader], None] | None = None,
-    zoneless: Callable[[str], None] | None = None,
+    loose: Callable[[str, float], None] | None = None,
 ) -> Iterator[Resource]:
     """The entries of the Change Lists in order, each dated no earlier than what precedes it
     (see `InOrder`). An entry that is itself a document (it carries `capability`: WEKO3
@@ -462,6 +477,7 @@ def change_entries(
     todo = list(lists)
     done: set[str] = set()
     order = InOrder()
+    told = 0.0  # the most `loose` was told of
     while todo:
         list_url = todo.pop(0)
         if list_url in done:
@@ -498,9 +514,10 @@ def change_entries(
                         )
                     continue
                 order.see(res)
-                if zoneless is not None and reader.zoneless:
-                    zoneless(list_url)  # before the entry that (or whose list) gave one
-                    zoneless = None
+                if loose is not None and reader.slack > told:
+                    # Before the entry that (or whose list) gave such a time.
+                    told = reader.slack
+                    loose(list_url, told)
                 yield res
             late = order.warning()
             if late is not None:
@@ -513,18 +530,19 @@ def change_entries(
 
 
 def lists_covering(
-    client: Any, url: str, s: SetInfo, after: datetime, *, zoneless: bool = False
+    client: Any, url: str, s: SetInfo, after: datetime, *, slack: float = 0.0
 ) -> tuple[list[str] | None, str | None, datetime | None]:
     """The Change Lists (in order) that together cover every change after `after`, the
     Change List Archive included; or (None, why) when the Source no longer lists some of that
     time (a gap). Third: the earliest `from` of the lists (None when they give none).
 
     Lists whose times have no zone (read as UTC) are taken to reach `after` when they start
-    within `ZONELESS_LOOKBACK` of it: their times may be any zone's, and `after` another
+    within `ZONE_SPAN` (14 h) of it: their times may be any zone's, and `after` another
     document's with its zone (a Resource List's `at`); a list in Japan's time written so
-    looked nine hours late, a gap on every run, a baseline no help. (Consecutive lists, of
-    one Source's writing, are held to meet exactly.) `zoneless`: `after` is a time without a
-    zone (a Resource List's `at` so written), so even lists with their zones get the slack."""
+    looked nine hours late, a gap on every run, a baseline no help. Lists whose times name a
+    day get the day as well (`DocumentReader.slack`). (Consecutive lists, of one Source's
+    writing, are held to meet exactly.) `slack`: how far `after` may be from the time it
+    means (a Resource List's `at` written so), so even lists with their zones get it."""
     candidates: dict[str, tuple[datetime | None, datetime | None]] = {}
     archive = None
     # Several Change Lists in the Capability List are the parts of one index (`SetInfo.also`).
@@ -540,7 +558,7 @@ def lists_covering(
             else:
                 candidates[current] = (doc.from_, doc.until)
             archive = doc.link("archives") or archive
-            zoneless = zoneless or reader.zoneless
+            slack = max(slack, reader.slack)
         if current == url and not doc.index and doc.until is not None:
             # A closed Change List (given as SOURCE, say): the changes after it are in the
             # Source's current list, found by its `index` link or through its Capability
@@ -558,9 +576,12 @@ def lists_covering(
                 for _, res in visit.entries():
                     if not visit.reader.document.index:
                         candidates.setdefault(res.loc, (res.from_, res.until))
-                zoneless = zoneless or visit.reader.zoneless
+                slack = max(slack, visit.reader.slack)
         earliest = min((f for f, _ in candidates.values() if f is not None), default=None)
-    reach = after + timedelta(seconds=ZONELESS_LOOKBACK) if zoneless else after
+    try:
+        reach = after + timedelta(seconds=slack)
+    except OverflowError:
+        reach = datetime.max.replace(tzinfo=after.tzinfo)
     if earliest is not None and earliest > reach:
         return (
             None,
@@ -569,7 +590,7 @@ def lists_covering(
             "(run with --baseline)",
             earliest,
         )
-    back = after - timedelta(seconds=ZONELESS_LOOKBACK) if zoneless else after
+    back = seconds_before(after, slack) if slack else after
     chosen = [(f, u, loc) for loc, (f, u) in candidates.items() if u is None or u >= back]
     chosen.sort(key=lambda x: (x[0] is None, x[0] or after))
     # Consecutive lists must meet: a list ending before the next one starts leaves changes

@@ -401,10 +401,21 @@ class Planner:
         self._empty = False
         #: Files held that a baseline takes as they are (`takeover.py`).
         self.takeover = Takeover(run)
-        #: The first list read in this run that gave a time without a zone (read as UTC): its
+        #: The list read in this run whose times may be furthest from the times meant (given
+        #: without a zone, read as UTC; or naming a day), and how far (`slack`, seconds): its
         #: times and the cursor's may be hours apart (`ChangePlanner.changes` looks further
         #: back).
-        self.zoneless: str | None = None
+        self.imprecise: str | None = None
+        self.slack = 0.0
+
+    def loose(self, name: str, slack: float) -> None:
+        """The list `name` gives times that may be `slack` seconds from the times meant."""
+        if slack > self.slack:
+            self.imprecise, self.slack = name, slack
+
+    def precise(self) -> None:
+        """No list of the set is read yet (a set's run begins)."""
+        self.imprecise, self.slack = None, 0.0
 
     def taken(self, uri: str) -> bool:
         """Whether `--include`/`--exclude` take `uri` (by where it lands under DEST); a URI
@@ -462,8 +473,7 @@ class Planner:
             if doc.index:
                 for _ in visit.entries():
                     pass
-                if visit.reader.zoneless and self.zoneless is None:
-                    self.zoneless = visit.name
+                self.loose(visit.name, visit.reader.slack)
                 tell_warnings(visit.reader, report)
                 continue
             # What the Source lists is remembered to find what it no longer lists (`extras`);
@@ -496,8 +506,7 @@ class Planner:
                 if read % _BATCH == 0 and self.run.progress:
                     self.run.progress("read", read, 0, 0)
                 self.fetch_unless_held(res, plan, report, key)
-            if visit.reader.zoneless and self.zoneless is None:
-                self.zoneless = visit.name
+            self.loose(visit.name, visit.reader.slack)
             if gone:
                 report.problem(visit.name, tombstones(gone))
             tell_warnings(visit.reader, report)

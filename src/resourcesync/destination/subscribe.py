@@ -120,11 +120,14 @@ class _Applier:
         """The copy's cursor for the set (its `datetime` is the last change applied)."""
         return self._syncer.state.cursor(self._syncer.set_key(s))
 
-    def apply(self, s: SetInfo, entries: list[Resource], zoneless: str | None = None) -> SetReport:
-        """Apply `entries`; `zoneless`: the notification whose times have no zone, if so
-        (its changes are looked for further behind the cursor: `ChangePlanner.changes`)."""
-        planner = self._syncer.planner
-        planner.zoneless = planner.zoneless or zoneless
+    def apply(
+        self, s: SetInfo, entries: list[Resource], loose: tuple[str, float] | None = None
+    ) -> SetReport:
+        """Apply `entries`; `loose`: the notification whose times may be far from those
+        meant (without a zone, or naming a day), and how far in seconds, if so (its changes
+        are looked for further behind the cursor: `ChangePlanner.changes`)."""
+        if loose is not None:
+            self._syncer.planner.loose(*loose)
         return self._syncer.apply_changes(s, entries)
 
     def close(self) -> None:
@@ -329,7 +332,7 @@ class _Follower:
             with open_document(body, name=f"notification from {ch.hub}") as reader:
                 doc = reader.document
                 entries = list(reader)
-                zoneless = reader.name if reader.zoneless else None
+                loose = (reader.name, reader.slack) if reader.slack else None
         except ResourceSyncError as exc:
             self.report("dropped", f"unreadable notification: {exc}")
             return
@@ -366,7 +369,7 @@ class _Follower:
         for e in entries:
             order.see(e)
         try:
-            set_report = self.applier.apply(ch.set, entries, zoneless)
+            set_report = self.applier.apply(ch.set, entries, loose)
         except (*_OUTAGE, sqlite3.DatabaseError) as exc:
             _stop_if_damaged(exc)
             if (said := _storage(exc, self.dest)) is not None:

@@ -213,7 +213,7 @@ class _Syncer:
             report.problem(s.capabilitylist or s.name, warning)
         key = self.set_key(s)
         state = self.state
-        self.planner.zoneless = None  # this set's lists' times are yet to be read
+        self.planner.precise()  # this set's lists' times are yet to be read
         if self.options.baseline and not self.options.dry_run:
             state.reset(key)
         # A dry run of a baseline leaves the cursor where it is, and plans the baseline.
@@ -278,13 +278,13 @@ class _Syncer:
         return report
 
     def _remember_zones(self, key: str, *, baseline: bool) -> None:
-        """Whether the set's lists give times without a zone, for the runs after this one
-        (`ChangePlanner.incremental`): said by any list, kept until a baseline reads lists
-        that all give their zones."""
+        """How far the set's lists' times may be from the times meant (without a zone, or a
+        day), for the runs after this one (`ChangePlanner.remembered_zones`): the most any
+        list said, kept until a baseline reads lists that all give their zones and times."""
         if self.options.dry_run:
             return
-        if self.planner.zoneless is not None:
-            self.state.put(ZONELESS + key, "1")
+        if self.planner.slack:
+            self.state.put(ZONELESS + key, repr(self.planner.slack))
         elif baseline:
             self.state.drop(ZONELESS + key)
 

@@ -143,13 +143,13 @@ class EntryDecoder(ValueReader):
                     value if value in CAPABILITIES else self._capability(value, line)
                 )
             elif key == "at":
-                target.at = self._datetime(value, "rs:md at", line, loc)
+                target.at = self._when(value, "rs:md at", line, loc)
             elif key == "completed":
-                target.completed = self._datetime(value, "rs:md completed", line, loc)
+                target.completed = self._when(value, "rs:md completed", line, loc)
             elif key == "from":
-                target.from_ = self._datetime(value, "rs:md from", line, loc)
+                target.from_ = self._when(value, "rs:md from", line, loc)
             elif key == "until":
-                target.until = self._datetime(value, "rs:md until", line, loc)
+                target.until = self._when(value, "rs:md until", line, loc)
             elif isinstance(target, Resource):
                 self._md_entry(target, key, value, line, loc)
             else:
@@ -165,7 +165,7 @@ class EntryDecoder(ValueReader):
         elif key == "change":
             res.change = self._change(value, line)
         elif key == "datetime":
-            res.datetime = self._datetime(value, "rs:md datetime", line, loc)
+            res.datetime = self._when(value, "rs:md datetime", line, loc)
         elif key == "encoding":
             res.encoding = value
         elif key == "path":
@@ -262,6 +262,8 @@ class EntryDecoder(ValueReader):
                             res.datetime = self._datetime(
                                 value, "rs:md datetime", child.sourceline, res.loc
                             )
+                        if len(value) <= 12:  # a day, a month, a year (W3C Datetime)
+                            self._coarse(value, "rs:md datetime", child.sourceline)
                     else:
                         self._md({key: value}, res, child.sourceline, res.loc or None)
             elif tag == LASTMOD:

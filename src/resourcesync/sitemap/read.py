@@ -165,10 +165,12 @@ class DocumentReader:
         self._decoder.warn(kind, message, line)
 
     @property
-    def zoneless(self) -> bool:
-        """Whether a datetime without a time zone has been read (as UTC) so far: the time it
-        meant may be any zone's, hours from what was read."""
-        return self._decoder.bent("zoneless")
+    def slack(self) -> float:
+        """How far (seconds) the times read so far may be from the times meant: 0 when every
+        one gave its zone and its time of day; `ZONE_SPAN` (14 h) once one came without its
+        zone (read as UTC: it may be any zone's); a day and more once a time that places
+        changes named a day, a month or a year (`w3cdt.coarseness`)."""
+        return self._decoder.slack
 
     @property
     def size(self) -> int:

@@ -20,12 +20,23 @@ from ..errors import FormatError
 from ..hashing import ALGORITHMS, normalise_digest, parse_hashes
 from ..model import CAPABILITIES, CHANGES
 from ..units import ascii_int
-from ..w3cdt import W3CDatetimeError, format_w3c, parse_bent, parse_w3c
+from ..w3cdt import (
+    ZONE_SPAN,
+    W3CDatetimeError,
+    coarseness,
+    format_w3c,
+    parse_bent,
+    parse_w3c,
+)
 
 __all__ = ["SCHEME", "ProblemHandler", "ValueReader"]
 
 #: A URI scheme (RFC 3986 §3.1): a reference that has one is not relative.
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+#: What a W3C Datetime of reduced precision names, by its length.
+_NAMED = {10: "day", 7: "month", 4: "year"}
 
 
 class ProblemHandler(Protocol):
@@ -47,6 +58,9 @@ class ValueReader:
         self._warned: set[str] = set()
         #: Reading an entry (not the document's own header).
         self.in_entry = False
+        #: How far (seconds) the times read so far that place changes may be from the times
+        #: meant: written without a zone (`ZONE_SPAN`), or naming a day (`coarseness`).
+        self.slack = 0.0
 
     def problem(self, message: str, line: int | None, entry: str | None) -> None:
         if self.on_problem is None:
@@ -87,6 +101,7 @@ class ValueReader:
             shown = text.strip()
             if how.startswith("no zone"):
                 kind = "zoneless"
+                self.slack = max(self.slack, ZONE_SPAN)
                 message = (
                     f"{what}: {shown!r} has no time zone (W3C Datetime requires one; "
                     "Destinations read it as UTC)"
@@ -102,6 +117,33 @@ class ValueReader:
             else:
                 self.warn(kind, f"{message}, and so may others in this document", line)
             return value
+
+    def _when(self, text: str | None, what: str, line: int, loc: str | None) -> Any:
+        """`_datetime` for a time that places changes (`at`, `completed`, `from`, `until`,
+        `datetime`): one that names a day, a month or a year is read as its start in UTC
+        (W3C Datetime allows it), and `slack` widened by what it leaves open (`coarse`)."""
+        value = self._datetime(text, what, line, loc)
+        if value is not None and text is not None and len(text) <= 12:
+            self._coarse(text, what, line)
+        return value
+
+    def _coarse(self, text: str, what: str, line: int) -> None:
+        """A time that places changes, written as a day, a month or a year
+        (`2024-01-02`): `slack` takes what it leaves open, said once a document. Valid W3C
+        Datetime: nothing for the validator."""
+        open_ = coarseness(text)
+        if not open_:
+            return
+        self.slack = max(self.slack, open_)
+        if self.on_problem is None:
+            shown = text.strip()
+            self.warn(
+                "coarse",
+                f"{what}: {shown!r} names a {_NAMED[len(shown)]}, not a time: read as its "
+                "start in UTC, while what it dates may be at any time of it, in any zone; "
+                "and so may others in this document",
+                line,
+            )
 
     def _rel(self, rel: str, line: int) -> str:
         """A relation type in another case or with spaces (`Duplicate`, `Contents`): RFC 8288
