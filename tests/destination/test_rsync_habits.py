@@ -55,6 +55,44 @@ def test_include_and_exclude_leave_resources_alone_in_sync_and_audit(tmp_path: P
         assert tree(only) == {"k/b.txt": b"beta", "k/c.log": b"log 1"}
 
 
+def test_a_copy_synced_with_other_filters_than_it_was_made_with_is_compared_again(
+    tmp_path: Path,
+) -> None:
+    """A copy made with `--exclude '*.log'`, synced without it: the logs it left out were never
+    fetched, and no Change List lists them — the incremental run said ok over a copy missing
+    them (only `audit` told). The filters a copy's baseline was made with are remembered; a
+    run with others that may take more compares the copy with the Resource List, as a
+    baseline (what it holds is not fetched again), and says why."""
+    dest = tmp_path / "dest"
+    with published_source(tmp_path, FILES) as src:
+        assert cli("sync", src.root, dest, "--exclude", "*.log").exit_code == 0
+        code, summary = cli_json("sync", src.root, dest, "--exclude", "*.log")
+        assert code == 0 and set_report(summary)["mode"] == "incremental", summary
+        src.recorder.reset()
+        code, summary = cli_json("sync", src.root, dest)
+        s = set_report(summary)
+        assert code == 0 and (s["mode"], s["fetched"]) == ("baseline", 2), summary
+        assert src.resource_gets() == {"/k/c.log": 1, "/d/e.log": 1}
+        warned = [p["message"] for p in s["problems"]]
+        assert any("made with --exclude '*.log', this run has none" in m for m in warned)
+        assert tree(dest) == FILES
+        assert cli("audit", src.root, dest).exit_code == 0
+        code, summary = cli_json("sync", src.root, dest)  # remembered: incremental again
+        assert code == 0 and set_report(summary)["mode"] == "incremental", summary
+        # Narrowed (more left out): incremental, what they leave out passed by — so a run
+        # that takes it again compares the copy again.
+        (src.data / "d" / "e.log").write_bytes(b"log 2, edited")
+        src.publish()
+        code, summary = cli_json("sync", src.root, dest, "--include", "k/*", "--delete")
+        s = set_report(summary)
+        assert code == 0 and (s["mode"], s["fetched"], s["deleted"]) == ("incremental", 0, 0)
+        assert tree(dest) == FILES
+        code, summary = cli_json("sync", src.root, dest, "--exclude", "*.txt")
+        s = set_report(summary)
+        assert code == 0 and (s["mode"], s["fetched"]) == ("baseline", 1), summary
+        assert tree(dest)["d/e.log"] == b"log 2, edited"
+
+
 def test_backup_dir_keeps_what_is_replaced_or_deleted(tmp_path: Path) -> None:
     dest, backup = tmp_path / "dest", tmp_path / "backup"
     with published_source(tmp_path, FILES) as src:

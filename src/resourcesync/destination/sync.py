@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import ReadError, ResourceSyncError
+from ..filters import PathFilter
 from ..http import Bandwidth, make_client
 from ..http.transfer import run_loop
 from ..model import Resource
@@ -72,6 +73,9 @@ __all__ = [
     "audit",
     "sync",
 ]
+
+#: State key (with a set's key): the `--include`/`--exclude` options its copy was made with.
+FILTERS = "filters:"
 
 
 class _Syncer:
@@ -227,6 +231,17 @@ class _Syncer:
             # Resource List: each run compares the copy with it, as a baseline does (what the
             # copy holds as listed is not fetched again).
             cursor = None
+        elif cursor is not None and (made := self._filtered_otherwise(key)) is not None:
+            # What the filters the copy was made with left out and these take is not in the
+            # copy, and no Change List will ever say so: compared with the Resource List.
+            cursor = None
+            report.problem(
+                s.url("resourcelist") or s.name,
+                f"warning: this copy was made with {made or 'no --include/--exclude'}, this run "
+                f"has {self.options.filter.options() or 'none'}: what these take that those "
+                "left out is not in the copy, so it is compared with the Resource List, as a "
+                "baseline (what the copy holds as listed is not fetched again)",
+            )
         plan = Plan(state.scratch())
         if cursor is None:
             report.mode = "baseline"
@@ -275,7 +290,33 @@ class _Syncer:
         since = baseline_at if cursor is None else cursor.datetime
         self._fill_from_dumps(s, plan, key, report, since)
         self._carry_out(plan, key, report, new_cursor, baseline_at)
+        if report.mode == "baseline" and report.incomplete is None:
+            self._remember_filters(key)
         return report
+
+    def _filtered_otherwise(self, key: str) -> str | None:
+        """The `--include`/`--exclude` options ("" for none) the copy of the set was made with,
+        when this run's may take what they left out; None otherwise (the same, fewer — then
+        remembered: the changes they leave out are passed by, and a run that takes them
+        again must look — or not known: a copy from before they were remembered)."""
+        made = self.state.get(FILTERS + key)
+        now = self.options.filter
+        if made is None or made == now.options():
+            return None
+        try:
+            narrower = now.within(PathFilter.from_options(made))
+        except ValueError:  # not written by `options()`: taken as other filters
+            narrower = False
+        if not narrower:
+            return made
+        self._remember_filters(key)
+        return None
+
+    def _remember_filters(self, key: str) -> None:
+        """The filters the copy of the set is now made with (`_filtered_otherwise`): after a
+        whole baseline, or as soon as a run leaves more out."""
+        if not self.options.dry_run:
+            self.state.put(FILTERS + key, self.options.filter.options())
 
     def _remember_zones(self, key: str, *, baseline: bool) -> None:
         """How far the set's lists' times may be from the times meant (without a zone, or a
