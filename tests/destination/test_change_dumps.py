@@ -6,12 +6,25 @@ and the Change Lists instead whenever a package cannot be used or the packages l
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import zipfile
 from pathlib import Path
 
-from tests.destination.helpers import cli, cli_json, published_source, set_report, tree
+import pytest
+
+from tests.destination.helpers import (
+    cli,
+    cli_json,
+    entry,
+    hand_source,
+    md5,
+    published_source,
+    set_report,
+    tree,
+    urlset,
+)
 
 CAPS = ("resourcelist", "changelist", "changedump")
 FILES = {"a.txt": b"alpha", "b.txt": b"beta", "k/c.txt": b"gamma"}
@@ -319,3 +332,57 @@ def test_a_manifest_change_dated_too_early_is_not_skipped(tmp_path: Path) -> Non
         (dest / "e.txt").unlink()
         r = cli("audit", src.root, dest)
         assert r.exit_code == 1 and "missing: " in r.stdout and "e.txt" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize(
+    ("dated", "hours"),
+    [("2024-01-01T09:00:00", 14), ("2024-01-01", 38)],
+    ids=["zoneless", "a-day"],
+)
+def test_a_change_dump_in_times_without_a_zone_is_not_skipped_behind_the_cursor(
+    tmp_path: Path, dated: str, hours: int
+) -> None:
+    """A Source with a Resource List (`at` 12:00Z) and a Change Dump only, its packages and
+    manifests dated in local time without a zone (UTC−5: the change made at 14:00Z is
+    09:00), or by their day: read as UTC, the package ended before the cursor — left out,
+    and `sync` said ok and `audit` in sync over the old bytes. The dumps' times widen the
+    look behind the cursor as the Change Lists' do."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"old"
+        src.capabilities(
+            [
+                {"loc": f"{b}/resourcelist.xml", "capability": "resourcelist"},
+                {"loc": f"{b}/changedump.xml", "capability": "changedump"},
+            ]
+        )
+        span = {"from": dated[:10] + "T07:00:00" if "T" in dated else dated}
+        src.docs["/resourcelist.xml"] = urlset(
+            "resourcelist", [entry(b, "/a.txt", b"old")], at="2024-01-01T12:00:00Z"
+        )
+        src.docs["/changedump.xml"] = urlset("changedump", [], **span)
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/a.txt"] = b"new"
+        change = entry(b, "/a.txt", b"new", change="updated", datetime=dated, path="/a.txt")
+        manifest = urlset("changedump-manifest", [change], **span, until=dated)
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as zf:
+            zf.writestr("manifest.xml", manifest)
+            zf.writestr("a.txt", b"new")
+        package = out.getvalue()
+        src.files["/p1.zip"] = package
+        listed = {"loc": f"{b}/p1.zip", "length": len(package), "md5": md5(package)}
+        src.docs["/changedump.xml"] = urlset(
+            "changedump", [{**listed, **span, "until": dated}], **span
+        )
+        code, found = cli_json("audit", b, dest)
+        assert code == 1 and found["different"] == 1, found
+        code, summary = cli_json("sync", b, dest)
+        s = set_report(summary, "capabilitylist.xml")
+        assert code == 0 and s["via"] == "dumps" and tree(dest) == {"a.txt": b"new"}, summary
+        warned = [p["message"] for p in s["problems"]]
+        assert any(f"up to {hours} h behind the cursor" in m for m in warned), warned
+        assert "/a.txt" not in src.hits or src.hits["/a.txt"] == 1  # the baseline's GET
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 1, found

@@ -290,17 +290,21 @@ def _expected_state(
             db.executemany(insert, batch)
             batch.clear()
 
+    # A time without a zone (or naming a day) read in the lists: the window behind `at` widens
+    # by how far such times may be from those meant, as `sync`'s does.
+    slack = [0.0]
+
+    def loose(name: str, seconds: float) -> None:
+        slack[0] = max(slack[0], seconds)
+
     if url is None:
         # A Source that publishes its state as a Resource Dump only (as `sync` follows it):
         # what its packages' manifests list, as of the dump's `at`.
         assert dump is not None
-        at, dumped = dumped_resources(client, opts.http, s, work)
+        at, dumped = dumped_resources(client, opts.http, s, work, loose)
         for res in dumped:
             expected(res)
     also = s.more("resourcelist")
-    # A time without a zone (or naming a day) read in the lists: the window behind `at` widens
-    # by how far such times may be from those meant, as `sync`'s does.
-    slack = [0.0]
     for visit in walk(url, mode=FOLLOW_INDEX, client=client, also=also) if url is not None else ():
         doc = visit.reader.document
         expect(doc.capability, "resourcelist", visit.name)
@@ -324,12 +328,9 @@ def _expected_state(
         def ignore(uri: str, message: str) -> None:
             pass
 
-        def loose(list_url: str, seconds: float) -> None:
-            slack[0] = max(slack[0], seconds)
-
         changes = change_entries(client, lists, ignore, loose=loose)
     elif cd is not None:
-        changes = dumped_changes(client, opts.http, cd, s, at, work)
+        changes = dumped_changes(client, opts.http, cd, s, at, work, slack[0], loose)
     else:
         return
     # The changes after the Resource List's `at` (and the window behind it), applied in

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from ..http.transfer import TransferSession, run_loop
 from ..model import Change, Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX, earliest_at
-from ..w3cdt import format_w3c
+from ..w3cdt import format_w3c, seconds_before
 from .answer import NO_CACHE, cached_before
 from .changeplan import ChangePlanner, InOrder
 from .discover import SetInfo
@@ -53,12 +53,17 @@ __all__ = [
 ]
 
 
-def resource_packages(run: Run, s: SetInfo) -> tuple[list[Resource], datetime | None]:
-    """The Resource Dump's packages (through its index) and its `at`."""
-    return _resource_packages(run.client, s)
+def resource_packages(
+    run: Run, s: SetInfo, loose: Callable[[str, float], None] | None = None
+) -> tuple[list[Resource], datetime | None]:
+    """The Resource Dump's packages (through its index) and its `at`; `loose` is told when
+    its times may be far from those meant (as `_manifest` tells it)."""
+    return _resource_packages(run.client, s, loose)
 
 
-def _resource_packages(client: Any, s: SetInfo) -> tuple[list[Resource], datetime | None]:
+def _resource_packages(
+    client: Any, s: SetInfo, loose: Callable[[str, float], None] | None = None
+) -> tuple[list[Resource], datetime | None]:
     # A Resource Dump Index names Resource Dumps, whose entries are the packages (issue
     # 10.8): the index is followed, never its parts downloaded as if they were packages.
     packages: list[Resource] = []
@@ -76,6 +81,8 @@ def _resource_packages(client: Any, s: SetInfo) -> tuple[list[Resource], datetim
                 if entry.at is None:
                     entry.at = own  # its contents as of the dump's `at`, unless it says
                 packages.append(entry)
+        if loose is not None and visit.reader.slack:
+            loose(visit.name, visit.reader.slack)
     return packages, at
 
 
@@ -172,7 +179,7 @@ def change_packages(run: Run, s: SetInfo, after: datetime) -> list[Resource]:
     Archive's too when the live Change Dump does not reach back), earliest first."""
     url = s.url("changedump")
     assert url is not None
-    return _change_dump_packages(run.client, url, s, after)
+    return _change_dump_packages(run.client, url, s, after)[0]
 
 
 def baseline_from_dumps(
@@ -181,7 +188,7 @@ def baseline_from_dumps(
     """A set with a Resource Dump and no Resource List: apply the dump's packages as their
     manifests list; returns the dump's `at`."""
     report.via = "dumps"
-    packages, at = resource_packages(run, s)
+    packages, at = resource_packages(run, s, planner.loose)
     work = Path(tempfile.mkdtemp(prefix="dump-", dir=run.mirror.state_dir))
     try:
         for package in packages:
@@ -265,8 +272,14 @@ def _taken(run: Run, res: Resource, outcome: Written, key: str, report: SetRepor
     report.link(res.loc, res.links)
 
 
-def _manifest(zpath: Path, package: Resource, report: SetReport | None) -> list[Resource]:
-    """The entries of a downloaded package's manifest."""
+def _manifest(
+    zpath: Path,
+    package: Resource,
+    report: SetReport | None,
+    loose: Callable[[str, float], None] | None = None,
+) -> list[Resource]:
+    """The entries of a downloaded package's manifest; `loose` is told (its name, seconds)
+    when its times may be far from those meant (`DocumentReader.slack`)."""
     try:
         with zipfile.ZipFile(zpath) as zf:
             try:
@@ -284,19 +297,25 @@ def _manifest(zpath: Path, package: Resource, report: SetReport | None) -> list[
                 entries = list(reader)
                 if report is not None:
                     tell_warnings(reader, report)
+                if loose is not None and reader.slack:
+                    loose(reader.name, reader.slack)
                 return entries
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
         raise ReadError(f"not a readable ZIP package: {exc}", source=package.loc) from None
 
 
-def _change_dump_packages(client: Any, url: str, s: SetInfo, after: datetime) -> list[Resource]:
-    """The Change Dump's packages that may hold changes after `after`, earliest first; the
-    Change Dump Archive is read when the live Change Dump does not reach back."""
+def _change_dump_packages(
+    client: Any, url: str, s: SetInfo, after: datetime, slack: float = 0.0
+) -> tuple[list[Resource], float]:
+    """The Change Dump's packages that may hold changes after `after`, earliest first, and how
+    far (seconds) the times read may be from those meant (`slack`: the cursor's, and the
+    dumps' — without a zone, or a day: a package that ends within it may hold changes after
+    `after`); the Change Dump Archive is read when the live Change Dump does not reach back."""
     packages: dict[str, Resource] = {}
     archive: Any = None
 
     def collect(dump: str) -> None:
-        nonlocal archive
+        nonlocal archive, slack
         for visit in walk(dump, mode=FOLLOW_INDEX, client=client, max_documents=MAX_PARTS):
             doc = visit.reader.document
             expect(doc.capability, "changedump", visit.name)
@@ -304,6 +323,7 @@ def _change_dump_packages(client: Any, url: str, s: SetInfo, after: datetime) ->
             for _, entry in visit.entries():
                 if not doc.index:
                     packages.setdefault(entry.loc, entry)
+            slack = max(slack, visit.reader.slack)
 
     collect(url)
     for more in s.more("changedump"):
@@ -315,22 +335,26 @@ def _change_dump_packages(client: Any, url: str, s: SetInfo, after: datetime) ->
         if archive_url:
             for visit in walk(archive_url, mode=FOLLOW_INDEX, client=client, also=also):
                 expect(visit.reader.document.capability, "changedump-archive", visit.name)
+                slack = max(slack, visit.reader.slack)
+                back = seconds_before(after, slack)
                 for _, dump in visit.entries():
                     if not visit.reader.document.index and (
-                        dump.until is None or dump.until >= after
+                        dump.until is None or dump.until >= back
                     ):
                         collect(dump.loc)
-    chosen = [p for p in packages.values() if p.until is None or p.until >= after]
+    back = seconds_before(after, slack)
+    chosen = [p for p in packages.values() if p.until is None or p.until >= back]
     chosen.sort(key=lambda p: (p.from_ is None, p.from_ or after))
-    return chosen
+    return chosen, slack
 
 
-def _gap(packages: list[Resource], after: datetime) -> str | None:
-    """Why `packages` do not hold every change after `after`, if they do not."""
+def _gap(packages: list[Resource], after: datetime, slack: float = 0.0) -> str | None:
+    """Why `packages` do not hold every change after `after`, if they do not (`slack`: how far
+    their times and `after` may be from those meant, as `lists_covering` gives lists)."""
     if not packages:
         return None
     first = packages[0].from_
-    if first is None or first > after:
+    if first is None or seconds_before(first, slack) > after:
         start = format_w3c(first) if first else "an unknown time"
         return (
             f"the Change Dump's packages start at {start}; this copy is at {format_w3c(after)}: "
@@ -347,14 +371,18 @@ def _gap(packages: list[Resource], after: datetime) -> str | None:
 
 
 def dumped_resources(
-    client: Any, http: HttpOptions, s: SetInfo, work: Path
+    client: Any,
+    http: HttpOptions,
+    s: SetInfo,
+    work: Path,
+    loose: Callable[[str, float], None] | None = None,
 ) -> tuple[datetime | None, Iterator[Resource]]:
     """The set's Resource Dump's `at` and the resources its packages' manifests list: what `audit`
     expects of a Source that publishes its state only so. A package's manifest is read from
     its `rel="contents"` link when it gives one (nothing downloaded); else, or when that
     cannot be read, the package is downloaded into `work`, verified against the dump, read and
-    removed."""
-    packages, at = _resource_packages(client, s)
+    removed. `loose`: as for `resource_packages`."""
+    packages, at = _resource_packages(client, s, loose)
 
     def entries() -> Iterator[Resource]:
         for package in packages:
@@ -376,22 +404,32 @@ def dumped_resources(
 
 
 def dumped_changes(
-    client: Any, http: HttpOptions, url: str, s: SetInfo, after: datetime, work: Path
+    client: Any,
+    http: HttpOptions,
+    url: str,
+    s: SetInfo,
+    after: datetime,
+    work: Path,
+    slack: float = 0.0,
+    loose: Callable[[str, float], None] | None = None,
 ) -> Iterator[Resource]:
     """The changes the Change Dump's manifests list after `after`, in the order listed
     (`InOrder`): what `audit` expects of a Source that lists its changes only so. Each package
     is downloaded into `work`, verified against the dump, read and removed; ReadError when the
-    packages do not reach back to `after`."""
-    packages = _change_dump_packages(client, url, s, after)
-    gap = _gap(packages, after)
+    packages do not reach back to `after`. `slack`, `loose`: how far the times read so far may
+    be from those meant, and what is told when the dumps' are (as `change_entries`)."""
+    packages, found = _change_dump_packages(client, url, s, after, slack)
+    gap = _gap(packages, after, found)
     if gap is not None:
         raise ReadError(f"cannot tell what the copy should hold: {gap}", source=url)
+    if loose is not None and found > slack:
+        loose(url, found)
     order = InOrder()
     for package in packages:
         zpath = work / "package.zip"
         run_loop(_download_with(http, None, package, zpath))
         order.start(package.from_, "the package")
-        for entry in _manifest(zpath, package, None):
+        for entry in _manifest(zpath, package, None, loose):
             order.see(entry)
             yield entry
         zpath.unlink()
@@ -412,8 +450,12 @@ def changes_from_dumps(
     the cursor are a gap (nothing done)."""
     url = s.url("changedump")
     assert url is not None
-    packages = _change_dump_packages(run.client, url, s, cursor.datetime)
-    report.gap = _gap(packages, cursor.datetime)
+    loose = planner.planner.loose
+    packages, slack = _change_dump_packages(
+        run.client, url, s, cursor.datetime, planner.planner.slack
+    )
+    loose(url, slack)
+    report.gap = _gap(packages, cursor.datetime, slack)
     if report.gap is not None:
         return cursor
     report.via = "dumps"
@@ -431,7 +473,7 @@ def changes_from_dumps(
                 zpath = work / f"package-{n:06d}.zip"
                 run_loop(_download(run, package, zpath))
                 order.start(package.from_, "the package")
-                for entry in _manifest(zpath, package, report):
+                for entry in _manifest(zpath, package, report, loose):
                     order.see(entry)
                     when = entry.change_time
                     db.execute(
