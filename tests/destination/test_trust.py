@@ -1616,6 +1616,42 @@ def test_a_notification_in_times_without_a_zone_is_not_skipped_behind_the_cursor
         assert tree(dest) == {"a.txt": b"new"}
 
 
+def test_a_notification_delivered_after_a_later_one_of_the_same_resource_is_superseded(
+    tmp_path: Path,
+) -> None:
+    """A follower applied a notification re-creating a resource (12:02), then receives one
+    deleting it (12:01, within `--lookback`), delivered late: applied as "listed late", it
+    deleted the file the Source has. Older than the change of that resource the copy last
+    applied (its cursor), it is superseded."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"], src.files["/b.txt"] = b"v1", b"b"
+        src.publish([entry(b, "/a.txt", b"v1"), entry(b, "/b.txt", b"b")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/a.txt"] = b"v2"
+        info = discover(b)
+        applier = _Applier(info, dest, SyncOptions(delete=True))
+        try:
+            created = Resource(
+                loc=f"{b}/a.txt",
+                change="created",
+                datetime=datetime(2024, 1, 1, 0, 2, tzinfo=UTC),
+                length=2,
+                hashes={"md5": entry(b, "/a.txt", b"v2")["md5"]},
+            )
+            report = applier.apply(info.sets[0], [created])
+            assert report.fetched == 1, report
+            deleted = Resource(
+                loc=f"{b}/a.txt", change="deleted", datetime=datetime(2024, 1, 1, 0, 1, tzinfo=UTC)
+            )
+            report = applier.apply(info.sets[0], [deleted])
+            assert (report.deleted, report.pending_deletes) == (0, 0), report
+        finally:
+            applier.close()
+        assert tree(dest) == {"a.txt": b"v2", "b.txt": b"b"}
+
+
 @pytest.mark.parametrize(
     ("at", "cl_from", "changed"),
     [

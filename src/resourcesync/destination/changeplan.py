@@ -239,6 +239,11 @@ class ChangePlanner:
                 # changes) stands; the rest is checked against the copy once planned.
                 if planned_before(res.loc):
                     continue
+                if t < cursor.datetime and res.loc == cursor.uri:
+                    # Older than the change of this resource the copy last applied (the
+                    # cursor's): superseded — a notification delivered late, after the one
+                    # that created it again, deleted the Source's file.
+                    continue
                 late = True
                 any_late = True
             if not self.planner.taken(res.loc):
