@@ -18,6 +18,7 @@ __all__ = [
     "W3CDatetimeError",
     "coarseness",
     "format_w3c",
+    "named_span",
     "parse_bent",
     "parse_http_date",
     "parse_w3c",
@@ -44,8 +45,15 @@ _ZONELESS = re.compile(
 #: From UTC−12 to UTC+14: a time read as UTC that was written without its zone is within 14
 #: hours of the time meant.
 ZONE_SPAN = 14 * 3600.0
-#: What a W3C Datetime of reduced precision names, by its length: a day, a month, a year.
-_SPANS = {10: 86400.0, 7: 31 * 86400.0, 4: 366 * 86400.0}
+#: What a W3C Datetime of reduced precision names, by its length: a day, a month, a year,
+#: and the most seconds that is.
+_SPANS = {10: ("day", 86400.0), 7: ("month", 31 * 86400.0), 4: ("year", 366 * 86400.0)}
+
+
+def named_span(text: str) -> str | None:
+    """ "day", "month" or "year" when a W3C Datetime names one rather than a time; else None."""
+    span = _SPANS.get(len(text.strip()))
+    return None if span is None else span[0]
 
 
 def coarseness(text: str) -> float:
@@ -55,7 +63,7 @@ def coarseness(text: str) -> float:
     zone): the span it names and `ZONE_SPAN`. 0 for a time of day (to the minute, with its
     zone)."""
     span = _SPANS.get(len(text.strip()))
-    return 0.0 if span is None else span + ZONE_SPAN
+    return 0.0 if span is None else span[1] + ZONE_SPAN
 
 
 class W3CDatetimeError(ValueError):

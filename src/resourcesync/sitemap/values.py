@@ -25,6 +25,7 @@ from ..w3cdt import (
     W3CDatetimeError,
     coarseness,
     format_w3c,
+    named_span,
     parse_bent,
     parse_w3c,
 )
@@ -33,10 +34,6 @@ __all__ = ["SCHEME", "ProblemHandler", "ValueReader"]
 
 #: A URI scheme (RFC 3986 §3.1): a reference that has one is not relative.
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-
-
-#: What a W3C Datetime of reduced precision names, by its length.
-_NAMED = {10: "day", 7: "month", 4: "year"}
 
 
 class ProblemHandler(Protocol):
@@ -139,7 +136,7 @@ class ValueReader:
             shown = text.strip()
             self.warn(
                 "coarse",
-                f"{what}: {shown!r} names a {_NAMED[len(shown)]}, not a time: read as its "
+                f"{what}: {shown!r} names a {named_span(shown)}, not a time: read as its "
                 "start in UTC, while what it dates may be at any time of it, in any zone; "
                 "and so may others in this document",
                 line,
