@@ -54,6 +54,16 @@ class FetchError(ReadError):
     """An HTTP exchange failed after the retries allowed (so the input could not be read)."""
 
 
+class Gone(FetchError):
+    """The Source answered 404 Not Found or 410 Gone: it does not have the resource (now)."""
+
+
+def fetch_error(status: int, reason: str, url: str) -> FetchError:
+    """The error of an HTTP answer that is not the resource (`Gone` for 404 and 410)."""
+    kind = Gone if status in (404, 410) else FetchError
+    return kind(f"HTTP {status} {reason}".rstrip(), source=url)
+
+
 class StateDamaged(ResourceSyncError):
     """A state database that SQLite finds damaged (a page that is not what it wrote, a file
     that is not a database): nothing more can be read from it or recorded in it. Waiting does

@@ -108,3 +108,46 @@ def test_a_state_read_to_read_only_is_not_written(tmp_path: Path) -> None:
     assert not (tmp_path / "none.sqlite").exists()
     DestinationState(path).close()  # the next sync's opening migrates it
     DestinationState.reading(path).close()
+
+
+def test_a_record_keeps_the_time_of_the_latest_change_applied(tmp_path: Path) -> None:
+    """`changed`: the time of the latest change of a resource the copy applied — kept when a
+    record comes from a Resource List's entry (None) or from an older change, compared as
+    times (a fraction of a second included), and read as None from a state from before it
+    (read only, not written; migrated by the next opening to write)."""
+    import sqlite3
+    from datetime import UTC, datetime, timedelta
+
+    from resourcesync.destination.state import changed_column
+
+    path = tmp_path / "state.sqlite"
+    uri = "http://example.org/a"
+    t = datetime(2024, 1, 1, tzinfo=UTC)
+    row = (uri, "a", 1, {"md5": "x"}, None, None, None, "set")
+    with DestinationState(path) as state:
+        state.record(*row, changed=t + timedelta(seconds=1))
+        for older in (None, t, t + timedelta(microseconds=500_000)):
+            state.record(*row, changed=older)
+            state.mark_changed([(uri, older or t)])
+        known = state.known(uri)
+        assert known is not None and known.changed == changed_column(t + timedelta(seconds=1))
+        state.mark_changed([(uri, t + timedelta(seconds=1, microseconds=1))])
+        known = state.known(uri)
+        assert known is not None and known.changed == "2024-01-01T00:00:01.000001Z"
+        state.forget(uri)
+        state.record(*row)
+        known = state.known(uri)
+        assert known is not None and known.changed is None
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE resources DROP COLUMN changed")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with DestinationState.reading(path) as state:
+        known = state.known(uri)
+        assert known is not None and known.changed is None
+    assert path.read_bytes() == before
+    with DestinationState(path) as state:
+        state.record(*row, changed=t)
+        known = state.known(uri)
+        assert known is not None and known.changed == "2024-01-01T00:00:00.000000Z"

@@ -13,6 +13,7 @@ from urllib.parse import unquote
 import pytest
 from starlette.responses import PlainTextResponse
 
+import resourcesync.destination.sync as sync_module
 from resourcesync.destination.discover import discover
 from resourcesync.destination.subscribe import _Applier
 from resourcesync.destination.sync import SyncOptions, sync
@@ -1650,6 +1651,87 @@ def test_a_notification_delivered_after_a_later_one_of_the_same_resource_is_supe
         finally:
             applier.close()
         assert tree(dest) == {"a.txt": b"v2", "b.txt": b"b"}
+
+
+def _notified(b: str, name: str, change: str, minute: int, body: bytes | None = None) -> Resource:
+    """A change notification's entry for `name`, dated `minute` minutes past AT."""
+    described: dict[str, Any] = {}
+    if body is not None:
+        described = {"length": len(body), "hashes": {"md5": entry(b, "/" + name, body)["md5"]}}
+    when = datetime(2024, 1, 1, 0, minute, tzinfo=UTC)
+    return Resource(loc=f"{b}/{name}", change=change, datetime=when, **described)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "after"),
+    [
+        # Deleted at 00:01 (delivered late), created again at 00:02: the deletion came last.
+        ("deleted", {"a.txt": b"v2", "b.txt": b"bb"}),
+        # Updated at 00:01 (delivered late) and at 00:02: the older update came last, asking
+        # for bytes the Source no longer has (a digest mismatch every run).
+        ("updated", {"a.txt": b"v3", "b.txt": b"bb"}),
+        # Deleted at 00:01 (late), then updated at 00:02 to the bytes the copy still held
+        # (kept, nothing fetched): the deletion came last.
+        ("kept", {"a.txt": b"v1", "b.txt": b"bb"}),
+        # Created at 00:01 (delivered late) and deleted at 00:02: the creation came last, and
+        # the Source answers 404 (a failure every run, which no later change resolved).
+        ("gone", {"b.txt": b"bb"}),
+    ],
+)
+def test_a_notification_delivered_after_later_ones_is_superseded_by_what_the_copy_applied(
+    tmp_path: Path, scenario: str, after: dict[str, bytes]
+) -> None:
+    """A hub may deliver a notification late (a retry after a failed delivery): here after the
+    later change of the same resource and another resource's change. Behind the cursor, it
+    was applied as "listed late": a deletion took the Source's file away (warned of, `sync`
+    ok), an older update or creation failed every run. The copy keeps the time of the change
+    each record came from: a change older than that is superseded; a late one the Source
+    answers 404 for (gone since) is said, not failed."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"], src.files["/b.txt"] = b"v1", b"b"
+        src.publish([entry(b, "/a.txt", b"v1"), entry(b, "/b.txt", b"b")], at=AT)
+        assert cli("sync", b, dest).exit_code == 0
+        info = discover(b)
+        # (Through `scoped`, as `subscribe` does: the fleet's tests keep the state elsewhere.)
+        applier = _Applier(info, dest, sync_module.scoped(SyncOptions(delete=True), b))
+        s = info.sets[0]
+        try:
+            if scenario == "deleted":
+                src.files["/a.txt"] = b"v2"
+                late = _notified(b, "a.txt", "deleted", 1)
+                first = _notified(b, "a.txt", "created", 2, b"v2")
+            elif scenario == "updated":
+                src.files["/a.txt"] = b"v3"
+                late = _notified(b, "a.txt", "updated", 1, b"v2")
+                first = _notified(b, "a.txt", "updated", 2, b"v3")
+            elif scenario == "kept":
+                late = _notified(b, "a.txt", "deleted", 1)
+                first = _notified(b, "a.txt", "updated", 2, b"v1")
+            else:
+                del src.files["/a.txt"]
+                late = _notified(b, "a.txt", "created", 1, b"v2")
+                first = _notified(b, "a.txt", "deleted", 2)
+            report = applier.apply(s, [first])
+            assert report.failed == 0 and not report.problems, report
+            src.files["/b.txt"] = b"bb"
+            report = applier.apply(s, [_notified(b, "b.txt", "updated", 3, b"bb")])
+            assert report.fetched == 1, report
+            report = applier.apply(s, [late])
+            assert (report.failed, report.deleted, report.pending_deletes) == (0, 0, 0), report
+            if scenario == "gone":
+                said = [p.message for p in report.problems]
+                assert any("gone from the Source since" in m for m in said), said
+            else:
+                assert not report.problems, report
+            # Nothing left to fail in the runs after it.
+            src.files["/b.txt"] = b"bbb"
+            report = applier.apply(s, [_notified(b, "b.txt", "updated", 4, b"bbb")])
+            assert (report.failed, report.fetched) == (0, 1), report
+        finally:
+            applier.close()
+        assert tree(dest) == after | {"b.txt": b"bbb"}
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from resourcesync.destination.state import CopyState, Cursor, DestinationState, 
 from resourcesync.destination.sync import SyncOptions, sync
 from resourcesync.fleet.copystate import IMPORTED_SUFFIX, StoreCopyState
 from resourcesync.fleet.store import SQLiteStore, SQLStore
-from resourcesync.model import Link
+from resourcesync.model import Link, Resource
 from resourcesync.w3cdt import parse_w3c
 from tests.destination.helpers import published_source, tree
 
@@ -69,6 +69,7 @@ from tests.destination.test_trust import (  # noqa: F401
     test_a_deletion_never_removes_a_file_this_sync_did_not_write,
     test_a_gap_inside_a_change_list_index_is_reported,
     test_a_later_change_supersedes_a_remembered_failure,
+    test_a_notification_delivered_after_later_ones_is_superseded_by_what_the_copy_applied,
     test_a_pending_deletion_superseded_by_a_re_creation_is_not_applied,
     test_a_resource_list_entry_that_says_deleted_is_not_listed,
     test_a_resource_list_of_resource_lists_is_followed_not_downloaded,
@@ -164,7 +165,11 @@ def _owner_key(state: CopyState, key: str) -> str | None:
 
 def _known(state: CopyState, uri: str) -> Any:
     k = state.known(uri)
-    return None if k is None else (k.path, k.length, k.hashes, k.etag, k.last_modified, k.links)
+    return (
+        None
+        if k is None
+        else (k.path, k.length, k.hashes, k.etag, k.last_modified, k.links, k.changed)
+    )
 
 
 def _step(rng: random.Random) -> Callable[[CopyState], Any]:
@@ -173,14 +178,17 @@ def _step(rng: random.Random) -> Callable[[CopyState], Any]:
     when = T0 + timedelta(seconds=rng.randrange(10_000))
     op = rng.randrange(15)
     links = rng.choice([None, [], [Link(rel="alternate", href=u + ".html", type="text/html")]])
+    # The time of the change a record came from (None: a Resource List's entry), sometimes
+    # with a fraction of a second (kept so that it sorts as the times do).
+    changed = rng.choice([None, when, when + timedelta(microseconds=rng.randrange(1, 10**6))])
     if op <= 1:
         row = (u, u[19:], rng.randrange(100), {"md5": f"{rng.randrange(9)}"}, when, "e", "lm", s)
-        return lambda st: st.record(*row, links=links)
+        return lambda st: st.record(*row, links=links, changed=changed)
     if op == 2:
         return lambda st: st.set_links(u, links)
     if op == 3:
         rows = [
-            (v, v[19:], rng.randrange(100), {"sha-256": "x"}, None, None, None, s)
+            (v, v[19:], rng.randrange(100), {"sha-256": "x"}, None, None, None, s, None, changed)
             for v in rng.sample(URIS, 3)
         ]
         return lambda st: st.record_many(rows)
@@ -213,16 +221,26 @@ def _step(rng: random.Random) -> Callable[[CopyState], Any]:
         return lambda st: st.rekey(u, v, to) if v != u and st.known(v) is None else None
     # A run's plan on the scratch: what it saw, kept and marked as undated.
     seen = rng.sample(URIS, rng.randrange(len(URIS)))
-    plan = [(v, rng.choice(["fetch", "keep", "delete"]), rng.choice([None, "sig"])) for v in seen]
+    plan = [
+        (
+            v,
+            rng.choice(["fetch", "keep", "delete"]),
+            rng.choice([None, "sig"]),
+            # Planned from a change (its time kept when it is kept), or from a Resource List.
+            rng.choice([None, Resource(loc=v, change="updated", datetime=changed or when)]),
+        )
+        for v in seen
+    ]
 
     def run(st: CopyState) -> list[str]:
         p = Plan(st.scratch())
         p.seen(seen)
-        for v, action, sig in plan:
-            p.add(v, action, sig=sig and f"{sig}-{v}")
+        for v, action, sig, res in plan:
+            p.add(v, action, res, sig=sig and f"{sig}-{v}")
         p.flush()
         unseen = sorted(st.unseen(s))
         st.supersede_kept()
+        st.mark_changed(p.kept_changes())
         st.remember_undated(s)
         return unseen
 

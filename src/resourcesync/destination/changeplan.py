@@ -36,7 +36,7 @@ from .plan import (
     unknown_change,
 )
 from .report import SetReport
-from .state import Cursor, keep_links
+from .state import Cursor, changed_column, keep_links
 
 __all__ = [
     "BEHIND",
@@ -239,10 +239,11 @@ class ChangePlanner:
                 # changes) stands; the rest is checked against the copy once planned.
                 if planned_before(res.loc):
                     continue
-                if t < cursor.datetime and res.loc == cursor.uri:
+                if res.loc == cursor.uri and t + timedelta(seconds=planner.slack) < cursor.datetime:
                     # Older than the change of this resource the copy last applied (the
                     # cursor's): superseded — a notification delivered late, after the one
-                    # that created it again, deleted the Source's file.
+                    # that created it again, deleted the Source's file. (Only when surely
+                    # older: a time without a zone, or naming its day, may be hours later.)
                     continue
                 late = True
                 any_late = True
@@ -342,10 +343,24 @@ class ChangePlanner:
         ).fetchall()
         missed: list[str] = []
         dropped: list[tuple[str]] = []
+        slack = timedelta(seconds=self.planner.slack)
         for uri, action, *described in rows:
             known = state.known(uri)
             res = resource_of(uri, *described)
-            if action == "delete":
+            when = res.datetime
+            if (
+                known is not None
+                and known.changed is not None
+                and when is not None
+                and changed_column(when + slack) < known.changed
+            ):
+                # Older than the change of it the copy applied last: superseded (a hub that
+                # delivered it late, after a retry; the lists' later change is the Source's
+                # state). Applied, a deletion took the file the Source has away, an update
+                # asked for bytes the Source no longer has. (Only when surely older: a time
+                # without a zone, or naming its day, may be hours later than read.)
+                held = True
+            elif action == "delete":
                 held = known is None
             elif known is None:
                 held = self._in_place(uri, res)

@@ -38,7 +38,7 @@ from .mirror import UnsafePath, Written
 from .options import Run
 from .plan import MAX_PARTS, Plan, Planner, expect, same, tell_warnings
 from .report import SetReport
-from .state import Cursor, keep_links
+from .state import Cursor, change_of, keep_links
 from .unpack import extract
 
 #: The largest manifest read from a package (after decompression): about 1,000,000 entries.
@@ -267,6 +267,7 @@ def _taken(run: Run, res: Resource, outcome: Written, key: str, report: SetRepor
         None,
         key,
         res.links,
+        changed=change_of(res),
     )
     run.mirror.recorded()
     report.link(res.loc, res.links)

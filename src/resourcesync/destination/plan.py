@@ -135,6 +135,15 @@ class Plan:
         self.flush()
         self.db.execute("UPDATE plan SET action = 'keep' WHERE uri = ?", (uri,))
 
+    def kept_changes(self) -> list[tuple[str, datetime]]:
+        """The URIs kept (held as planned) by a change, with its time."""
+        self.flush()
+        rows = self.db.execute(
+            "SELECT uri, datetime FROM plan WHERE action = 'keep' AND change IS NOT NULL "
+            "AND datetime IS NOT NULL"
+        ).fetchall()
+        return [(uri, parse_w3c(when)) for uri, when in rows]
+
     def drop(self, uri: str) -> None:
         self.flush()
         self.db.execute("DELETE FROM plan WHERE uri = ?", (uri,))
@@ -242,25 +251,32 @@ class Plan:
         return None if row is None else resource_of(*row)
 
     def rows(self, action: str) -> Iterator[tuple[str, Resource]]:
-        for uri, res, _ in self.rows_held(action):
+        for uri, res, _, _ in self.rows_held(action):
             yield uri, res
 
-    def rows_held(self, action: str) -> Iterator[tuple[str, Resource, bool | None]]:
+    def rows_held(self, action: str) -> Iterator[tuple[str, Resource, bool | None, bool]]:
         """The planned URIs of `action`, in order, with whether the state held each when it
-        was planned (None: not looked up)."""
+        was planned (None: not looked up) and whether it was listed late (behind the
+        cursor)."""
         self.flush()
         last = 0
         while True:
             batch = self.db.execute(
                 "SELECT seq, uri, length, hashes, lastmod, datetime, links, type, encoding, "
-                "change, held FROM plan WHERE action = ? AND seq > ? ORDER BY seq LIMIT 1000",
+                "change, held, late FROM plan WHERE action = ? AND seq > ? ORDER BY seq "
+                "LIMIT 1000",
                 (action, last),
             ).fetchall()
             if not batch:
                 return
-            for seq, uri, *described, held in batch:
+            for seq, uri, *described, held, late in batch:
                 last = seq
-                yield uri, resource_of(uri, *described), None if held is None else bool(held)
+                yield (
+                    uri,
+                    resource_of(uri, *described),
+                    None if held is None else bool(held),
+                    bool(late),
+                )
 
 
 def resource_of(

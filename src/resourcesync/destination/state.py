@@ -1,11 +1,12 @@
 """What a Destination knows about its copy (SQLite under DEST/.resourcesync/).
 
 Per resource: URI, local path, length, digests, lastmod, ETag and Last-Modified of the last
-fetch. Per set: the cursor — the last change fully applied (datetime and URI) — and the time of
-the Resource List the baseline came from. Deletions that were not applied (no `--delete`) and
-fetches that failed are kept until a later run applies or retries them: nothing is silently
-lost. Each verified resource is committed as soon as it is in place, so a run killed at any
-moment resumes where it was.
+fetch, and the time of the latest change the copy applied to it (`changed`). Per set: the
+cursor — the last change fully applied (datetime and URI) — and the time of the Resource List
+the baseline came from. Deletions that were not applied (no `--delete`) and fetches that
+failed are kept until a later run applies or retries them: nothing is silently lost. Each
+verified resource is committed as soon as it is in place, so a run killed at any moment
+resumes where it was.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sqlite3
 import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,10 +29,14 @@ from ..sqlite import connect, connect_read_only, transaction
 from ..w3cdt import format_w3c, parse_w3c
 
 __all__ = [
+    "CHANGED_LATER",
+    "CHANGED_TO",
     "CopyState",
     "Cursor",
     "DestinationState",
     "Known",
+    "change_of",
+    "changed_column",
     "expected_of",
     "expected_resource",
     "hashes_column",
@@ -166,11 +171,40 @@ def path_key(path: str) -> str:
     return unicodedata.normalize("NFC", path).casefold()
 
 
+def changed_column(when: datetime) -> str:
+    """The time of a change as a state keeps it (`changed`): UTC to the microsecond, one width
+    always, so that the text sorts as the times do (W3C text does not: `00:00:00.5Z` sorts
+    before `00:00:00Z`) on either backend."""
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC).replace(tzinfo=None)
+    return when.isoformat(timespec="microseconds") + "Z"
+
+
+#: How a recorded resource's `changed` is updated (SQLite and PostgreSQL alike, the table
+#: named `{table}`): the later of the two, either may be NULL. A record made from a Resource
+#: List's entry (no change) keeps the time of the change the copy applied before.
+CHANGED_LATER = (
+    "CASE WHEN excluded.changed > {table}.changed THEN excluded.changed "
+    "ELSE COALESCE({table}.changed, excluded.changed) END"
+)
+
+
+def change_of(res: Resource) -> datetime | None:
+    """The time of the change a record made from `res` holds it as of (`changed`): a change's
+    time (`rs:md@datetime`, a v1.0 entry's `<lastmod>`); None for a Resource List's entry."""
+    return res.change_time if res.change else None
+
+
+#: `CHANGED_LATER` for an UPDATE of one row, the new time given three times as `?`.
+CHANGED_TO = "CASE WHEN ? > changed THEN ? ELSE COALESCE(changed, ?) END"
+
+
 def resource_row(r: Sequence[Any]) -> tuple[Any, ...]:
     """A `record` call's arguments as the columns of a stored resource: uri, path, length,
-    hashes, lastmod, etag, last_modified, set_key, path (for its key), links."""
+    hashes, lastmod, etag, last_modified, set_key, path (for its key), links, changed."""
     uri, path, length, hashes, lastmod, etag, last_modified, set_key = r[:8]
     links = r[8] if len(r) > 8 else None
+    changed = r[9] if len(r) > 9 else None
     return (
         uri,
         path,
@@ -182,7 +216,19 @@ def resource_row(r: Sequence[Any]) -> tuple[Any, ...]:
         set_key,
         path,
         links_column(links),
+        changed_column(changed) if changed is not None else None,
     )
+
+
+_UPSERT_RESOURCE = (
+    "INSERT INTO resources (uri, path, length, hashes, lastmod, etag, last_modified, set_key, "
+    "path_key, links, changed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, path_key(?), ?, ?) "
+    "ON CONFLICT (uri) DO UPDATE SET path = excluded.path, length = excluded.length, "
+    "hashes = excluded.hashes, lastmod = excluded.lastmod, etag = excluded.etag, "
+    "last_modified = excluded.last_modified, set_key = excluded.set_key, "
+    "path_key = excluded.path_key, links = excluded.links, "
+    "changed = " + CHANGED_LATER.format(table="resources")
+)
 
 
 #: A resource the copy holds, as an incremental run looks at its file: uri, path (relative to
@@ -217,6 +263,10 @@ class Known:
     links: list[dict[str, Any]] = field(default_factory=list)
     #: The Source's `<lastmod>` for what we hold (W3C Datetime), as of when it was recorded.
     lastmod: str | None = None
+    #: The time of the latest change of it the copy applied (`changed_column` text; None: held
+    #: from a Resource List or a dump only). A change dated before it, delivered or listed
+    #: late, is superseded (`ChangePlanner._late`).
+    changed: str | None = None
 
 
 class CopyState(Protocol):
@@ -245,8 +295,10 @@ class CopyState(Protocol):
         last_modified: str | None,
         set_key: str,
         links: Sequence[Link] | None = None,
+        changed: datetime | None = None,
     ) -> None: ...
     def record_many(self, rows: list[tuple[Any, ...]]) -> None: ...
+    def mark_changed(self, rows: Sequence[tuple[str, datetime]]) -> None: ...
     def set_links(self, uri: str, links: Sequence[Link] | None) -> None: ...
     def relocate(self, uri: str, path: str) -> None: ...
     def rekey(self, old: str, new: str, set_key: str | None) -> None: ...
@@ -307,6 +359,8 @@ class DestinationState:
                 "a state from an older version of resourcesync: the next sync brings it up to date",
                 source=str(path),
             )
+        # (A state from before the times of changes were kept reads as holding none.)
+        self._changed = "changed" if "changed" in columns else "NULL"
         return self
 
     def _migrate(self) -> None:
@@ -318,6 +372,9 @@ class DestinationState:
                 self.db.execute("UPDATE resources SET path_key = path_key(path)")
         if "links" not in columns:
             self.db.execute("ALTER TABLE resources ADD COLUMN links TEXT")
+        if "changed" not in columns:
+            self.db.execute("ALTER TABLE resources ADD COLUMN changed TEXT")
+        self._changed = "changed"
         self.db.execute("CREATE INDEX IF NOT EXISTS resources_path_key ON resources (path_key)")
 
     def owner(self, key: str) -> str | None:
@@ -347,14 +404,22 @@ class DestinationState:
 
     def known(self, uri: str) -> Known | None:
         row = self.db.execute(
-            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod FROM resources "
-            "WHERE uri = ?",
+            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod, "
+            f"{self._changed} FROM resources WHERE uri = ?",
             (uri,),
         ).fetchone()
         if row is None:
             return None
         return Known(
-            row[0], row[1], row[2], hashes_of(row[3]), row[4], row[5], links_of(row[6]), row[7]
+            row[0],
+            row[1],
+            row[2],
+            hashes_of(row[3]),
+            row[4],
+            row[5],
+            links_of(row[6]),
+            row[7],
+            row[8],
         )
 
     def record(
@@ -368,30 +433,39 @@ class DestinationState:
         last_modified: str | None,
         set_key: str,
         links: Sequence[Link] | None = None,
+        changed: datetime | None = None,
     ) -> None:
-        """A resource verified and in place (committed at once)."""
+        """A resource verified and in place (committed at once); `changed`: the time of the
+        change it was fetched for (None: a Resource List's entry)."""
         self.record_many(
-            [(uri, path, length, hashes, lastmod, etag, last_modified, set_key, links)]
+            [(uri, path, length, hashes, lastmod, etag, last_modified, set_key, links, changed)]
         )
 
     def record_many(self, rows: list[tuple[Any, ...]]) -> None:
         """Several `record` calls in one transaction (rows as `record`'s arguments, `links`
-        optional)."""
+        and `changed` optional)."""
         if not rows:
             return
         with self.transaction():
-            self.db.executemany(
-                "INSERT OR REPLACE INTO resources (uri, path, length, hashes, lastmod, etag, "
-                "last_modified, set_key, path_key, links) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, path_key(?), ?)",
-                [resource_row(r) for r in rows],
-            )
+            self.db.executemany(_UPSERT_RESOURCE, [resource_row(r) for r in rows])
             uris = [(r[0],) for r in rows]
             # (A baseline's batches meet empty tables: a third of the recording was these
             # deletions finding nothing.)
             for table in ("failed", "pending_deletes"):
                 if self.db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None:
                     self.db.executemany(f"DELETE FROM {table} WHERE uri = ?", uris)
+
+    def mark_changed(self, rows: Sequence[tuple[str, datetime]]) -> None:
+        """The copy holds these resources as they are after a change at that time (each
+        `(uri, time)`; a change whose bytes it held already): kept as their `changed` when
+        later than what it was."""
+        if not rows:
+            return
+        with self.transaction():
+            self.db.executemany(
+                f"UPDATE resources SET changed = {CHANGED_TO} WHERE uri = ?",
+                [(*[changed_column(when)] * 3, uri) for uri, when in rows],
+            )
 
     def set_links(self, uri: str, links: Sequence[Link] | None) -> None:
         """The Source now gives other links for a resource whose content we hold."""

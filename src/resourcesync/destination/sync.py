@@ -398,7 +398,7 @@ class _Syncer:
             run_loop(transfer.fetch_all(plan, key, report))
         Deletions(self.run).apply(plan, key, report)
         transfer.remember_refused(plan, key)
-        transfer.keep_all(plan)
+        transfer.keep_all(plan, changes=report.mode != "baseline")
         transfer.remember_undated(key)
         if not self.options.dry_run:
             report.pending_deletes = len(state.pending_deletes(key))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import ReadError, ResourceSyncError
+from ..errors import Gone, ReadError, ResourceSyncError
 from ..hashing import ALGORITHMS, checkable
 from ..http import HttpOptions, Unreachable, accept_encoding
 from ..http.transfer import Fetched, TransferSession
@@ -25,7 +25,7 @@ from .mirror import IntegrityError, Located, UnsafePath
 from .options import Run
 from .plan import UNKNOWN_CHANGE, Plan, same
 from .report import Action, SetReport
-from .state import Known, expected_of, keep_links
+from .state import Known, change_of, expected_of, keep_links
 
 __all__ = ["Transfer"]
 
@@ -101,7 +101,9 @@ class Transfer:
         pending: set[asyncio.Task[None]] = set()
         progress = self.run.progress
 
-        async def one(client: TransferSession, uri: str, res: Resource, held: bool | None) -> None:
+        async def one(
+            client: TransferSession, uri: str, res: Resource, held: bool | None, late: bool
+        ) -> None:
             nonlocal done
             host = host_key(uri)
             async with hosts.slot(host) as slot:
@@ -122,6 +124,7 @@ class Transfer:
                         retry=hosts.retries(host),
                         held=held,
                         slot=slot,
+                        late=late,
                     )
                     hosts.answered(host, unreachable)
             done += 1
@@ -150,11 +153,11 @@ class Transfer:
                     errors.append(exc)
 
             try:
-                for uri, res, held in plan.rows_held("fetch"):
+                for uri, res, held, late in plan.rows_held("fetch"):
                     await window.acquire()
                     if errors:
                         raise errors[0]
-                    task = asyncio.create_task(one(client, uri, res, held))
+                    task = asyncio.create_task(one(client, uri, res, held, late))
                     pending.add(task)
                     task.add_done_callback(finished)
                 for _ in range(room):
@@ -185,6 +188,7 @@ class Transfer:
         retry: bool = True,
         held: bool | None = None,
         slot: Slot | None = None,
+        late: bool = False,
     ) -> bool:
         """Fetch one resource and record the outcome; True when its host could not be
         reached (a connection failure, after the retries). Without `retry` (its host has just
@@ -192,7 +196,9 @@ class Transfer:
         given up in seconds, not after every resource's backoff. `held` False: the state did
         not hold `uri` when it was planned (in this run, under its lock), so it is not looked
         up again. `slot`: this transfer's place, handed over once the Source has answered (and
-        taken again for a second request)."""
+        taken again for a second request). `late`: a change listed behind the cursor, whose
+        resource the Source may have deleted since (a 404 or 410 is then no failure when the
+        copy holds nothing of it)."""
         mirror, state = self.run.mirror, self.run.state
         http = self.run.options.http
         if not retry:
@@ -257,6 +263,19 @@ class Transfer:
             except IntegrityError as exc:
                 last_error = exc.message if stale is None else f"{exc.message}; {stale}"
                 continue  # retried once, then reported; the previous copy stays
+            except Gone as exc:
+                if late and known is None and state.known(uri) is None:
+                    # Listed behind the cursor (a notification delivered late, a change
+                    # listed late), and gone from the Source since: its deletion, dated
+                    # after, was applied or is to come. The copy holds nothing of it.
+                    report.problem(
+                        uri,
+                        f"warning: listed late as {res.change or 'changed'}, and gone from the "
+                        f"Source since ({exc.message}): nothing to fetch",
+                    )
+                    return False
+                last_error = exc.message
+                break
             except (ReadError, ResourceSyncError) as exc:
                 last_error = exc.message if isinstance(exc, ResourceSyncError) else str(exc)
                 unreachable = isinstance(exc, Unreachable)
@@ -315,10 +334,13 @@ class Transfer:
                     headers.get("Last-Modified") or known.last_modified,
                     key,
                     res.links,
+                    change_of(res),
                 )
             )
         else:
             keep_links(state, known, res)
+            if (changed := change_of(res)) is not None:
+                state.mark_changed([(uri, changed)])
         return True
 
     def _refused(
@@ -397,6 +419,7 @@ class Transfer:
                 response.headers.get("Last-Modified") if primary else None,
                 key,
                 res.links,
+                change_of(res),
             )
         )
         report.link(uri, res.links)
@@ -474,12 +497,15 @@ class Transfer:
         for uri, _ in plan.rows("gone"):
             self.run.state.forget(uri)  # a refused URI the Source has deleted since
 
-    def keep_all(self, plan: Plan) -> None:
+    def keep_all(self, plan: Plan, *, changes: bool = True) -> None:
         """URIs whose final state we hold: their remembered failure or pending deletion is
-        superseded."""
+        superseded, and (`changes`: planned from changes, not a Resource List) the copy holds
+        them as of the change planned."""
         if self.run.options.dry_run:
             return
         self.run.state.supersede_kept()
+        if changes:
+            self.run.state.mark_changed(plan.kept_changes())
 
     def remember_undated(self, key: str) -> None:
         """Undated changes applied (not failed) are remembered, not applied again."""

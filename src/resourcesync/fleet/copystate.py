@@ -28,10 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..destination.state import (
+    CHANGED_LATER,
+    CHANGED_TO,
     Cursor,
     DestinationState,
     Held,
     Known,
+    changed_column,
     hashes_of,
     links_column,
     links_of,
@@ -59,6 +62,7 @@ CREATE TABLE IF NOT EXISTS fleet_copy_resource (
   last_modified TEXT,
   set_key TEXT NOT NULL,
   links TEXT,
+  changed TEXT,
   PRIMARY KEY (copy_name, uri)
 );
 CREATE INDEX IF NOT EXISTS fleet_copy_resource_key ON fleet_copy_resource (copy_name, path_key);
@@ -103,7 +107,10 @@ CREATE TABLE IF NOT EXISTS fleet_copy_meta (
 """
 
 #: Columns added after the first schema, for stores created before them: (table, column, type).
-COPY_ADDED = (("fleet_copy_resource", "links", "TEXT"),)
+COPY_ADDED = (
+    ("fleet_copy_resource", "links", "TEXT"),
+    ("fleet_copy_resource", "changed", "TEXT"),
+)
 
 #: Every table holding a copy's state (a removed Source's rows go from each).
 COPY_TABLES = (
@@ -117,11 +124,13 @@ COPY_TABLES = (
 
 _UPSERT_RESOURCE = (
     "INSERT INTO fleet_copy_resource (copy_name, uri, path, length, hashes, lastmod, "
-    "etag, last_modified, set_key, path_key, links) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "etag, last_modified, set_key, path_key, links, changed) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (copy_name, uri) DO UPDATE SET path = excluded.path, "
     "path_key = excluded.path_key, length = excluded.length, hashes = excluded.hashes, "
     "lastmod = excluded.lastmod, etag = excluded.etag, "
-    "last_modified = excluded.last_modified, set_key = excluded.set_key, links = excluded.links"
+    "last_modified = excluded.last_modified, set_key = excluded.set_key, links = excluded.links, "
+    "changed = " + CHANGED_LATER.format(table="fleet_copy_resource")
 )
 _UPSERT_CURSOR = (
     "INSERT INTO fleet_copy_cursor (copy_name, set_key, datetime, uri, baseline_at, updated) "
@@ -158,7 +167,7 @@ IMPORTED_SUFFIX = ".imported-to-fleet-db"
 def _resource_row(name: str, row: Sequence[Any]) -> tuple[Any, ...]:
     columns = resource_row(row)
     # resource_row gives the path where SQLite computes its key: here it is computed in Python.
-    return (name, *columns[:8], path_key(columns[8]), columns[9])
+    return (name, *columns[:8], path_key(columns[8]), *columns[9:])
 
 
 class StoreCopyState:
@@ -203,14 +212,14 @@ class StoreCopyState:
 
     def known(self, uri: str) -> Known | None:
         rows = self._q(
-            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod FROM "
+            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod, changed FROM "
             "fleet_copy_resource WHERE copy_name = ? AND uri = ?",
             (self.name, uri),
         )
         if not rows:
             return None
         r = rows[0]
-        return Known(r[0], r[1], r[2], hashes_of(r[3]), r[4], r[5], links_of(r[6]), r[7])
+        return Known(r[0], r[1], r[2], hashes_of(r[3]), r[4], r[5], links_of(r[6]), r[7], r[8])
 
     def record(
         self,
@@ -223,10 +232,21 @@ class StoreCopyState:
         last_modified: str | None,
         set_key: str,
         links: Sequence[Link] | None = None,
+        changed: datetime | None = None,
     ) -> None:
         self.record_many(
-            [(uri, path, length, hashes, lastmod, etag, last_modified, set_key, links)]
+            [(uri, path, length, hashes, lastmod, etag, last_modified, set_key, links, changed)]
         )
+
+    def mark_changed(self, rows: Sequence[tuple[str, datetime]]) -> None:
+        if not rows:
+            return
+        with self.transaction():
+            self.store._executemany(
+                f"UPDATE fleet_copy_resource SET changed = {CHANGED_TO} "
+                "WHERE copy_name = ? AND uri = ?",
+                [(*[changed_column(when)] * 3, self.name, uri) for uri, when in rows],
+            )
 
     def set_links(self, uri: str, links: Sequence[Link] | None) -> None:
         self._q(
@@ -502,9 +522,9 @@ class StoreCopyState:
                 batch: list[tuple[Any, ...]] = []
                 for row in db.execute(
                     "SELECT uri, path, length, hashes, lastmod, etag, last_modified, set_key, "
-                    "path, links FROM resources"
+                    "path, links, changed FROM resources"
                 ):
-                    batch.append((self.name, *row[:8], path_key(row[8]), row[9]))
+                    batch.append((self.name, *row[:8], path_key(row[8]), *row[9:]))
                     if len(batch) == _PAGE:
                         self.store._executemany(_UPSERT_RESOURCE, batch)
                         n += len(batch)

@@ -26,7 +26,7 @@ import httpcore
 import httpx
 
 from .. import __version__, rng
-from ..errors import FetchError
+from ..errors import FetchError, fetch_error
 from ..inflate import Inflate, InflateError
 from ..sniff import media_type
 from ..units import ascii_int
@@ -844,9 +844,7 @@ def open_stream(
                     status = response.status_code
                     retry_after = retry_after_seconds(response.headers.get("Retry-After"))
                     if status not in RETRY_STATUS or attempt > opts.retry.retries:
-                        raise FetchError(
-                            f"HTTP {status} {response.reason_phrase}".rstrip(), source=url
-                        )
+                        raise fetch_error(status, response.reason_phrase, url)
             except httpx.TooManyRedirects:
                 raise FetchError("too many redirects (a redirect loop?)", source=url) from None
             except httpx.InvalidURL as exc:

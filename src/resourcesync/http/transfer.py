@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 from .._imports import importing_aiohttp
-from ..errors import FetchError
+from ..errors import FetchError, fetch_error
 
 with importing_aiohttp():  # in the program, without the default contexts' CA loads
     import aiohttp
@@ -395,7 +395,7 @@ class _Opened:
             response.close()
             retry_after = retry_after_seconds(response.headers.get("Retry-After"))
             if status not in RETRY_STATUS or attempt > opts.retry.retries:
-                raise FetchError(f"HTTP {status} {response.reason or ''}".rstrip(), source=url)
+                raise fetch_error(status, response.reason or "", url)
             await asyncio.sleep(opts.retry.delay(attempt, retry_after))
 
     async def __aexit__(self, *exc_info: object) -> None:
