@@ -1445,6 +1445,53 @@ def test_a_resource_list_entry_that_says_deleted_is_not_listed(tmp_path: Path) -
         assert code == 0 and found["in_sync"] == 1, found
 
 
+def test_a_resource_dump_manifest_entry_that_says_deleted_is_not_listed(tmp_path: Path) -> None:
+    """The same tombstone in the manifest of a Resource Dump, for a Source that publishes
+    only its dump (no Resource List): the entry was taken as a member to extract, not found
+    in the package, then asked for on its own (a 404, exit 1 for ever), and `audit` said in
+    sync over the copy that still held it. Taken as not listed, as in a Resource List."""
+    import io
+    import zipfile
+
+    def package(members: dict[str, bytes], manifest: bytes) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr("manifest.xml", manifest)
+            for name, data in members.items():
+                zf.writestr(name, data)
+        return buf.getvalue()
+
+    def dump(b: str, entries: list[dict[str, Any]], members: dict[str, bytes], at: str) -> None:
+        zipped = package(members, urlset("resourcedump-manifest", entries, at=at))
+        src.files["/dump/part1.zip"] = zipped
+        src.docs["/resourcedump.xml"] = urlset(
+            "resourcedump", [entry(b, "/dump/part1.zip", zipped)], at=at
+        )
+
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.capabilities([{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}])
+        src.files["/a.txt"], src.files["/b.txt"] = b"a", b"b"
+        listed = [entry(b, "/a.txt", b"a", path="/a.txt"), entry(b, "/b.txt", b"b", path="/b.txt")]
+        dump(b, listed, {"a.txt": b"a", "b.txt": b"b"}, AT)
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0 and tree(dest) == {"a.txt": b"a", "b.txt": b"b"}, summary
+        del src.files["/b.txt"]
+        tomb = {"loc": f"{b}/b.txt", "change": "deleted"}
+        dump(b, [listed[0], tomb], {"a.txt": b"a"}, "2024-01-02T00:00:00Z")
+        code, found = cli_json("audit", b, dest)
+        assert code == 1 and found["extra"] == 1 and found["in_sync"] == 1, found
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0, summary
+        assert tree(dest) == {"a.txt": b"a"}
+        warned = [p["message"] for p in _set(summary)["problems"]]
+        assert any('1 entry says change="deleted"' in m for m in warned), warned
+        assert src.hits.get("/b.txt") is None  # never asked for
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 1, found
+
+
 def test_a_uri_the_source_spells_another_way_is_the_same_resource(tmp_path: Path) -> None:
     """RFC 3986 §6.2.2: `%7E` and `~`, `%2e` and `.`, a host in upper case spell one URI; an
     IRI's `新` is `%E6%96%B0` (RFC 3987 §3.1). A Source whose Change List spells a resource

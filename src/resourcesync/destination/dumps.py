@@ -36,7 +36,7 @@ from .changeplan import ChangePlanner, InOrder
 from .discover import SetInfo
 from .mirror import UnsafePath, Written
 from .options import Run
-from .plan import MAX_PARTS, Plan, Planner, expect, same, tell_warnings
+from .plan import MAX_PARTS, Plan, Planner, expect, same, tell_warnings, tombstones
 from .report import SetReport
 from .state import Cursor, change_of, keep_links
 from .unpack import extract
@@ -214,6 +214,12 @@ def _apply_package(
     zpath = work / "package.zip"
     run_loop(_download(run, package, zpath))
     entries = _manifest(zpath, package, report)
+    # A tombstone (a Source that keeps its deleted resources in its manifest, as in its
+    # Resource List: `Planner._baseline`) is not the Source's: not listed, not extracted.
+    gone = sum(1 for e in entries if e.change == "deleted")
+    if gone:
+        entries = [e for e in entries if e.change != "deleted"]
+        report.problem(package.loc, tombstones(gone))
     plan.seen([e.loc for e in entries])
     mirror = run.mirror
     wanted = []
