@@ -128,3 +128,30 @@ def test_ls_says_what_is_not_held_and_where_there_is_no_copy(tmp_path: Path) -> 
         assert result.exit_code == 1
         assert result.stdout.startswith(f"{b}/a.txt\ta.txt\t5")
         assert f"not held in {dest}: {b}/nope.txt" in result.stderr
+
+
+def test_ls_shows_the_time_of_the_change_each_resource_is_held_as_of(tmp_path: Path) -> None:
+    """`ls --json` gives the Source's `lastmod` of what is held, and `changed`: the time of
+    the latest change of it the copy applied (null for what a Resource List gave)."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"], src.files["/b.txt"] = b"alpha", b"bravo"
+        listed = [entry(b, "/a.txt", b"alpha"), entry(b, "/b.txt", b"bravo")]
+        src.publish(listed)
+        assert cli("sync", b, dest).exit_code == 0
+        src.files["/a.txt"] = b"alpha 2"
+        change = entry(
+            b,
+            "/a.txt",
+            b"alpha 2",
+            change="updated",
+            datetime="2024-01-01T09:30:00.25+09:00",
+            lastmod="2024-01-01T00:29:00Z",
+        )
+        src.publish(listed, changes=[change])
+        assert cli("sync", b, dest).exit_code == 0
+    shown = {d["uri"]: d for d in _ls(dest)}
+    assert shown[f"{b}/a.txt"]["changed"] == "2024-01-01T00:30:00.250000Z", shown
+    assert shown[f"{b}/a.txt"]["lastmod"] == "2024-01-01T00:29:00Z", shown
+    assert shown[f"{b}/b.txt"]["changed"] is None, shown

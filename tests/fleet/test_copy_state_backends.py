@@ -132,7 +132,10 @@ def _observe(state: CopyState) -> dict[str, Any]:
         # may be named: what must hold is that the owner named has that key.
         "owner": {k: _owner_key(state, k) for k in {path_key(u[19:]) for u in URIS}},
         "uris": {s: list(state.uris(s)) for s in SETS},
-        "all": [(k.uri, k.path, k.length, k.hashes, k.etag, k.links) for k in state.all_known()],
+        "all": [
+            (k.uri, k.path, k.length, k.hashes, k.etag, k.links, k.changed)
+            for k in state.all_known()
+        ],
         "held": {s: [_held(*row) for row in state.held(s)] for s in SETS},
         "count": state.count(),
         "cursor": {s: state.cursor(s) for s in SETS},

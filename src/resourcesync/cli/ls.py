@@ -13,6 +13,7 @@ from ..destination.audit import STATE_FILE
 from ..destination.mirror import STATE_DIR_NAME
 from ..destination.state import DestinationState, Known
 from ..iri import display_iri
+from ..w3cdt import format_w3c, parse_w3c
 from ._common import EXIT_FINDINGS, emit_json, fail, handle_errors
 
 
@@ -37,7 +38,10 @@ def ls(dest: Path, uris: tuple[str, ...], as_json: bool) -> None:
 
     Tab-separated lines (URI, path, length, links as REL=HREF); IRIs shown decoded on a
     terminal. With --json, JSON Lines: {"uri", "path", "length", "hashes", "etag",
-    "last_modified", "links": [{"rel", "href", …}]}. Exit 1 when a URI given is not held.
+    "last_modified", "lastmod", "changed", "links": [{"rel", "href", …}]} (`lastmod`: the
+    Source's for what is held; `changed`: the time of the latest change of it the copy
+    applied, null when held from a Resource List or a dump). Exit 1 when a URI given is not
+    held.
 
     \b
     Example:
@@ -69,6 +73,10 @@ def ls(dest: Path, uris: tuple[str, ...], as_json: bool) -> None:
                         "hashes": known.hashes,
                         "etag": known.etag,
                         "last_modified": known.last_modified,
+                        "lastmod": known.lastmod,
+                        "changed": (
+                            format_w3c(parse_w3c(known.changed)) if known.changed else None
+                        ),
                         "links": known.links,
                     }
                 )

@@ -501,11 +501,19 @@ class DestinationState:
 
     def all_known(self) -> Iterator[Known]:
         for row in self.db.execute(
-            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod FROM resources "
-            "ORDER BY uri"
+            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod, "
+            f"{self._changed} FROM resources ORDER BY uri"
         ):
             yield Known(
-                row[0], row[1], row[2], hashes_of(row[3]), row[4], row[5], links_of(row[6]), row[7]
+                row[0],
+                row[1],
+                row[2],
+                hashes_of(row[3]),
+                row[4],
+                row[5],
+                links_of(row[6]),
+                row[7],
+                row[8],
             )
 
     def held(self, set_key: str) -> Iterator[Held]:

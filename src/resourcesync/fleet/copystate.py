@@ -313,11 +313,11 @@ class StoreCopyState:
 
     def all_known(self) -> Iterator[Known]:
         for r in self._paged(
-            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod FROM "
-            "fleet_copy_resource WHERE copy_name = ? AND uri > ? ORDER BY uri LIMIT ?",
+            "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod, changed "
+            "FROM fleet_copy_resource WHERE copy_name = ? AND uri > ? ORDER BY uri LIMIT ?",
             (self.name,),
         ):
-            yield Known(r[0], r[1], r[2], hashes_of(r[3]), r[4], r[5], links_of(r[6]), r[7])
+            yield Known(r[0], r[1], r[2], hashes_of(r[3]), r[4], r[5], links_of(r[6]), r[7], r[8])
 
     def held(self, set_key: str) -> Iterator[Held]:
         for uri, path, length, lastmod in self._paged(
