@@ -1492,6 +1492,48 @@ def test_a_resource_dump_manifest_entry_that_says_deleted_is_not_listed(tmp_path
         assert code == 0 and found["in_sync"] == 1, found
 
 
+def test_a_change_the_change_lists_never_listed_is_found_by_a_newer_resource_list(
+    tmp_path: Path,
+) -> None:
+    """A Source whose Change Lists missed a change (a bug, a file changed behind its
+    publisher) but whose newer Resource List gives it: every incremental run said ok over
+    the old bytes (only `audit` told). Once `--reconcile-every` has passed since the copy was
+    last compared with a Resource List, a run that finds a newer one compares the copy with
+    it as a baseline does (what the copy holds as listed is not fetched again), and says so;
+    with 0, never."""
+    dest, other = tmp_path / "dest", tmp_path / "other"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"], src.files["/b.txt"], src.files["/c.txt"] = b"v1", b"b", b"c"
+        kept = entry(b, "/c.txt", b"c")
+        listed = [entry(b, "/a.txt", b"v1"), entry(b, "/b.txt", b"b"), kept]
+        src.publish(listed, at=AT)
+        for copy in (dest, other):
+            assert cli("sync", b, copy, "--delete").exit_code == 0
+        # Not due yet: the copies were compared a moment ago (by this machine's clock).
+        src.files["/a.txt"] = b"v2"
+        del src.files["/b.txt"]
+        src.publish([entry(b, "/a.txt", b"v2"), kept], at="2024-01-09T00:00:00Z", changes_from=AT)
+        code, summary = cli_json("sync", b, dest, "--delete", "--reconcile-every", "1s")
+        assert code == 0 and _set(summary)["mode"] == "incremental", summary
+        time.sleep(1.1)
+        code, summary = cli_json("sync", b, other, "--delete", "--reconcile-every", "0")
+        assert code == 0 and _set(summary)["mode"] == "incremental", summary
+        assert tree(other) == {"a.txt": b"v1", "b.txt": b"b", "c.txt": b"c"}  # never compared
+        hits = src.hits.get("/c.txt")
+        code, summary = cli_json("sync", b, dest, "--delete", "--reconcile-every", "1s")
+        assert code == 0 and _set(summary)["mode"] == "baseline", summary
+        said = [p["message"] for p in _set(summary)["problems"]]
+        assert any("compared with the Resource List of 2024-01-09T00:00:00Z" in m for m in said)
+        assert tree(dest) == {"a.txt": b"v2", "c.txt": b"c"}
+        assert src.hits.get("/c.txt") == hits  # what the copy holds as listed: not fetched
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 2, found
+        # Compared now: the next runs follow the Change Lists again.
+        code, summary = cli_json("sync", b, dest, "--delete", "--reconcile-every", "1h")
+        assert code == 0 and _set(summary)["mode"] == "incremental", summary
+
+
 def test_a_uri_the_source_spells_another_way_is_the_same_resource(tmp_path: Path) -> None:
     """RFC 3986 §6.2.2: `%7E` and `~`, `%2e` and `.`, a host in upper case spell one URI; an
     IRI's `新` is `%E6%96%B0` (RFC 3987 §3.1). A Source whose Change List spells a resource

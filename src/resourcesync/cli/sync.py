@@ -173,6 +173,16 @@ def sync_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "order, behind later ones); 0 for none.",
         ),
         click.option(
+            "--reconcile-every",
+            type=DURATION_OR_ZERO,
+            default="7d",
+            show_default=True,
+            metavar="DURATION",
+            help="Compare the copy with the Source's Resource List, as a baseline does, once "
+            "it is newer than the one the copy was last compared with and this long has "
+            "passed: a change the Change Lists never listed is applied; 0 for never.",
+        ),
+        click.option(
             "--max-size",
             type=_Size(),
             default="1G",
@@ -260,6 +270,7 @@ def _options(**o: Any) -> SyncOptions:
         max_delete=o.get("max_delete"),
         allow_empty=bool(o.get("allow_empty")),
         lookback=o.get("lookback", 600.0),
+        reconcile=o.get("reconcile_every", 7 * 86400.0),
         history_grace=o.get("history_grace", 3600.0),
         host_failures=o.get("max_host_failures", 5),
         include=tuple(o.get("include") or ()),

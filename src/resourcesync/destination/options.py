@@ -78,6 +78,12 @@ class SyncOptions:
     exclude: tuple[str, ...] = ()
     #: An incremental run from this time instead of the copy's cursor (resync's --from).
     since: datetime | None = None
+    #: Seconds after which an incremental run compares the copy with the Source's Resource
+    #: List, as a baseline does, once the Source has published one newer than the one the
+    #: copy was last compared with (0: never). A Change List that missed a change (a Source's
+    #: bug, a file changed behind its publisher) left the copy behind for good while every
+    #: run said ok; only `audit` told.
+    reconcile: float = 7 * 86400.0
     #: Files replaced or deleted are moved here first, at their path under DEST (rsync's and
     #: rclone's --backup-dir).
     backup_dir: Path | None = None

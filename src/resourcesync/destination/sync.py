@@ -33,6 +33,7 @@ from ..filters import PathFilter
 from ..http import Bandwidth, make_client
 from ..http.transfer import run_loop
 from ..model import Resource
+from ..sitemap import open_document
 from ..sqlite import connect_read_only, healthy, set_aside
 from ..w3cdt import format_w3c
 from .audit import STATE_FILE, audit
@@ -76,6 +77,17 @@ __all__ = [
 
 #: State key (with a set's key): the `--include`/`--exclude` options its copy was made with.
 FILTERS = "filters:"
+#: State key (with a set's key): when (POSIX time, this machine's clock) the copy was last
+#: compared with a Resource List, or a run last looked for a newer one (`--reconcile-every`).
+RECONCILED = "reconciled:"
+
+
+def _days(seconds: float) -> str:
+    """A duration as `--reconcile-every` would be given it (`7d`, `36h`, `90m`, `30s`)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 class _Syncer:
@@ -231,6 +243,16 @@ class _Syncer:
             # Resource List: each run compares the copy with it, as a baseline does (what the
             # copy holds as listed is not fetched again).
             cursor = None
+        elif cursor is not None and (newer := self._reconcile_due(s, key)) is not None:
+            # What the Change Lists never listed is not in the copy: compared with the newer
+            # Resource List, as a baseline (what the copy holds as listed is not fetched).
+            cursor = None
+            report.problem(
+                s.url("resourcelist") or s.name,
+                f"note: compared with the Resource List of {format_w3c(newer)} as a baseline "
+                f"would (every {_days(self.options.reconcile)} at most, --reconcile-every): a "
+                "change its Change Lists did not list is applied",
+            )
         elif cursor is not None and (made := self._filtered_otherwise(key)) is not None:
             # What the filters the copy was made with left out and these take is not in the
             # copy, and no Change List will ever say so: compared with the Resource List.
@@ -292,7 +314,40 @@ class _Syncer:
         self._carry_out(plan, key, report, new_cursor, baseline_at)
         if report.mode == "baseline" and report.incomplete is None:
             self._remember_filters(key)
+            self._remember_compared(key, time.time())
         return report
+
+    def _reconcile_due(self, s: SetInfo, key: str) -> datetime | None:
+        """The `at` of the Source's Resource List when it is newer than the one the copy was
+        last compared with and `--reconcile-every` has passed since that comparison (or the
+        last look), by this machine's clock: the run is then a baseline. None otherwise, and
+        when the list cannot be read (the next run looks again) or the copy was never compared
+        with one (`--from`). A copy from before the comparisons were remembered starts the
+        clock."""
+        every, url = self.options.reconcile, s.url("resourcelist")
+        compared = self.state.baseline_at(key)
+        if every <= 0 or url is None or compared is None or self.options.since is not None:
+            return None
+        looked = self.state.get(RECONCILED + key)
+        now = time.time()
+        if looked is None:
+            self._remember_compared(key, now)
+            return None
+        if now - float(looked) < every:
+            return None
+        try:
+            with open_document(url, client=self.run.client) as reader:
+                at = reader.document.at
+        except ResourceSyncError:
+            return None
+        if at is not None and at > compared:
+            return at  # remembered once the baseline is whole: a run cut short looks again
+        self._remember_compared(key, now)
+        return None
+
+    def _remember_compared(self, key: str, when: float) -> None:
+        if not self.options.dry_run:
+            self.state.put(RECONCILED + key, repr(when))
 
     def _filtered_otherwise(self, key: str) -> str | None:
         """The `--include`/`--exclude` options ("" for none) the copy of the set was made with,
