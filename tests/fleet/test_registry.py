@@ -338,3 +338,28 @@ def test_a_sources_reach_is_opened_for_it_alone(tmp_path: Path) -> None:
     walls = {name: scoped(o, "http://127.0.0.2:1/").http.reach for name, o in got.items()}
     assert walls["b"] is None and walls["c"] is None
     assert walls["a"] is not None and walls["d"] is not None
+
+
+def test_a_sources_reconcile_every_reaches_its_syncs(tmp_path: Path) -> None:
+    """`fleet add --reconcile-every` (CSV/TOML `reconcile_every`): as `sync --reconcile-every`
+    for its syncs; 7 days unless told, 0 for never. `--replace` changes it; a negative one is
+    refused, naming the Source."""
+    add = ("fleet", "add", "http://127.0.0.2:1/", "--root", tmp_path)
+    assert cli(*add, "--name", "a", "--reconcile-every", "0").exit_code == 0
+    assert cli(*add, "--name", "b", "--reconcile-every", "1d").exit_code == 0
+    assert cli(*add, "--name", "c").exit_code == 0
+    csv = tmp_path / "more.csv"
+    csv.write_text(
+        "name,source,reconcile_every\nd,http://127.0.0.2:4/,12h\ne,http://127.0.0.2:5/,\n"
+    )
+    assert cli("fleet", "import", csv, "--root", tmp_path).exit_code == 0
+    assert cli(*add, "--name", "b", "--reconcile-every", "2d", "--replace").exit_code == 0
+    got = {name: o.reconcile for name, o in _sync_options(tmp_path, "abcde").items()}
+    week = 7 * 86400.0
+    assert got == {"a": 0.0, "b": 2 * 86400.0, "c": week, "d": 43200.0, "e": week}
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[[source]]\nname = "f"\nsource = "http://127.0.0.2:6/"\nreconcile_every = "x"\n'
+    )
+    result = cli("fleet", "import", bad, "--root", tmp_path)
+    assert result.exit_code != 0 and "bad.toml" in result.stderr, result.stderr

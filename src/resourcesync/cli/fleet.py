@@ -107,6 +107,14 @@ def fleet() -> None:
     "--history-grace (0: at once).",
 )
 @click.option(
+    "--reconcile-every",
+    type=DURATION_OR_ZERO,
+    default="7d",
+    show_default=True,
+    help="How long after its copy was last compared with a Resource List its syncs compare it "
+    "with a newer one, as sync --reconcile-every (0: never).",
+)
+@click.option(
     "--any-address",
     is_flag=True,
     help="Let its redirects, mirrors and documents' links lead to loopback, private and "
@@ -137,6 +145,7 @@ def add(
     allow_empty: bool,
     lookback: float,
     history_grace: float,
+    reconcile_every: float,
     any_address: bool,
     follow: bool,
     header: tuple[str, ...],
@@ -169,6 +178,7 @@ def add(
             allow_empty=allow_empty,
             lookback=lookback,
             history_grace=history_grace,
+            reconcile_every=reconcile_every,
             any_address=any_address,
         )
         entry.check()

@@ -52,6 +52,7 @@ def _options(
         allow_empty=entry.allow_empty,
         lookback=entry.lookback,
         history_grace=entry.history_grace,
+        reconcile=entry.reconcile_every,
         any_address=entry.any_address,
         via=entry.via,
         baseline=baseline,

@@ -23,6 +23,7 @@ VIAS = ("auto", "lists", "dumps")
 DEFAULT_EVERY = 3600.0
 DEFAULT_LOOKBACK = 600.0
 DEFAULT_HISTORY_GRACE = 3600.0
+DEFAULT_RECONCILE = 7 * 86400.0
 
 
 class FleetError(ResourceSyncError):
@@ -78,6 +79,10 @@ class Entry:
     #: them before that is a changed history (a Source restored from a backup) — as
     #: `sync --history-grace`.
     history_grace: float = DEFAULT_HISTORY_GRACE
+    #: Seconds after its copy was last compared with a Resource List before a sync that finds
+    #: a newer one compares the copy with it, as a baseline does (0: never) — as
+    #: `sync --reconcile-every`.
+    reconcile_every: float = DEFAULT_RECONCILE
     #: Let redirects, mirrors and the documents' links lead to loopback, private and link-local
     #: addresses the Source itself is not on — as `sync --any-address` (by default refused).
     any_address: bool = False
@@ -106,6 +111,8 @@ class Entry:
             raise ValueError(f"{self.name}: lookback must be 0 or more")
         if self.history_grace < 0:
             raise ValueError(f"{self.name}: history_grace must be 0 or more")
+        if self.reconcile_every < 0:
+            raise ValueError(f"{self.name}: reconcile_every must be 0 or more")
 
     @property
     def host(self) -> str:
@@ -138,6 +145,7 @@ def _count(raw: Mapping[str, Any], key: str) -> int | None:
 def _entry(raw: Mapping[str, Any]) -> Entry:
     known = {"name", "source", "dest", "every", "via", "delete", "follow", "headers", "header"}
     known |= {"max_delete", "allow_empty", "lookback", "history_grace", "any_address"}
+    known |= {"reconcile_every"}
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
@@ -154,6 +162,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
     elif isinstance(given, list):
         headers = dict(parse_header(str(h)) for h in given)
     every, lookback, grace = raw.get("every"), raw.get("lookback"), raw.get("history_grace")
+    reconcile = raw.get("reconcile_every")
     entry = Entry(
         name=raw["name"].strip(),
         source=raw["source"].strip(),
@@ -172,6 +181,11 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
             units.parse_duration(str(grace)) if grace not in (None, "") else DEFAULT_HISTORY_GRACE
         ),
         any_address=_flag(raw, "any_address"),
+        reconcile_every=(
+            units.parse_duration(str(reconcile))
+            if reconcile not in (None, "")
+            else DEFAULT_RECONCILE
+        ),
     )
     entry.check()
     return entry
@@ -180,8 +194,8 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
 def read_entries(path: Path) -> Iterator[Entry]:
     """The entries of a TOML (`[[source]]` tables) or CSV (a header row naming the columns:
     name, source, and optionally dest, every, via, delete, max_delete, allow_empty, lookback,
-    history_grace, any_address, follow, header) file. Bad input raises a FleetError naming the
-    file and line (CSV) or entry (TOML)."""
+    history_grace, reconcile_every, any_address, follow, header) file. Bad input raises a
+    FleetError naming the file and line (CSV) or entry (TOML)."""
     try:
         if path.suffix.lower() == ".toml":
             with path.open("rb") as f:

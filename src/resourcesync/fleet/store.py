@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS fleet_source (
   allow_empty INTEGER NOT NULL DEFAULT 0,
   lookback DOUBLE PRECISION NOT NULL DEFAULT 600,
   history_grace DOUBLE PRECISION NOT NULL DEFAULT 3600,
-  any_address INTEGER NOT NULL DEFAULT 0
+  any_address INTEGER NOT NULL DEFAULT 0,
+  reconcile_every DOUBLE PRECISION NOT NULL DEFAULT 604800
 );
 CREATE INDEX IF NOT EXISTS fleet_source_next_run ON fleet_source (next_run);
 CREATE TABLE IF NOT EXISTS fleet_meta (
@@ -72,12 +73,13 @@ ADDED = (
     ("lookback", "DOUBLE PRECISION NOT NULL DEFAULT 600"),
     ("history_grace", "DOUBLE PRECISION NOT NULL DEFAULT 3600"),
     ("any_address", "INTEGER NOT NULL DEFAULT 0"),
+    ("reconcile_every", "DOUBLE PRECISION NOT NULL DEFAULT 604800"),
 )
 
 _COLUMNS = (
     "name, source, dest, every, via, apply_delete, headers, added, next_run, last_run, seconds, "
     "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket, follow, "
-    "woken, max_delete, allow_empty, lookback, history_grace, any_address"
+    "woken, max_delete, allow_empty, lookback, history_grace, any_address, reconcile_every"
 )
 
 
@@ -136,6 +138,7 @@ def _row(r: Sequence[Any]) -> Row:
         lookback=r[25],
         history_grace=r[26],
         any_address=bool(r[27]),
+        reconcile_every=r[28],
     )
     return Row(
         entry=entry,
@@ -260,6 +263,7 @@ class SQLStore:
                     e.lookback,
                     e.history_grace,
                     int(e.any_address),
+                    e.reconcile_every,
                 )
                 exists = self._execute("SELECT 1 FROM fleet_source WHERE name = ?", (e.name,))
                 if exists and not replace:
@@ -268,16 +272,16 @@ class SQLStore:
                     self._execute(
                         "UPDATE fleet_source SET source = ?, dest = ?, every = ?, via = ?, "
                         "apply_delete = ?, headers = ?, follow = ?, max_delete = ?, "
-                        "allow_empty = ?, lookback = ?, history_grace = ?, any_address = ? "
-                        "WHERE name = ?",
+                        "allow_empty = ?, lookback = ?, history_grace = ?, any_address = ?, "
+                        "reconcile_every = ? WHERE name = ?",
                         (*values, e.name),
                     )
                 else:
                     self._execute(
                         "INSERT INTO fleet_source (name, source, dest, every, via, apply_delete,"
                         " headers, follow, max_delete, allow_empty, lookback, history_grace,"
-                        " any_address, added, next_run)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " any_address, reconcile_every, added, next_run)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (e.name, *values, now, now),
                     )
                 n += 1
