@@ -249,7 +249,7 @@ class _Syncer:
             cursor = None
             report.problem(
                 s.url("resourcelist") or s.name,
-                f"note: compared with the Resource List of {format_w3c(newer)} as a baseline "
+                f"warning: compared with the Resource List of {format_w3c(newer)} as a baseline "
                 f"would (every {_days(self.options.reconcile)} at most, --reconcile-every): a "
                 "change its Change Lists did not list is applied",
             )
