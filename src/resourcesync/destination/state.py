@@ -41,6 +41,7 @@ __all__ = [
     "expected_resource",
     "hashes_column",
     "hashes_of",
+    "known_of",
     "links_column",
     "path_key",
 ]
@@ -269,6 +270,22 @@ class Known:
     changed: str | None = None
 
 
+def known_of(row: Sequence[Any]) -> Known:
+    """A stored resource as `Known`, from its columns uri, path, length, hashes, etag,
+    last_modified, links, lastmod, changed (both backends select them so)."""
+    return Known(
+        row[0],
+        row[1],
+        row[2],
+        hashes_of(row[3]),
+        row[4],
+        row[5],
+        links_of(row[6]),
+        row[7],
+        row[8],
+    )
+
+
 class CopyState(Protocol):
     """The persistent state of one copy, as the sync, plan, transfer and audit stages use it.
 
@@ -408,19 +425,7 @@ class DestinationState:
             f"{self._changed} FROM resources WHERE uri = ?",
             (uri,),
         ).fetchone()
-        if row is None:
-            return None
-        return Known(
-            row[0],
-            row[1],
-            row[2],
-            hashes_of(row[3]),
-            row[4],
-            row[5],
-            links_of(row[6]),
-            row[7],
-            row[8],
-        )
+        return None if row is None else known_of(row)
 
     def record(
         self,
@@ -504,17 +509,7 @@ class DestinationState:
             "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod, "
             f"{self._changed} FROM resources ORDER BY uri"
         ):
-            yield Known(
-                row[0],
-                row[1],
-                row[2],
-                hashes_of(row[3]),
-                row[4],
-                row[5],
-                links_of(row[6]),
-                row[7],
-                row[8],
-            )
+            yield known_of(row)
 
     def held(self, set_key: str) -> Iterator[Held]:
         """What the copy holds of a set, in URI order (see `Held`)."""

@@ -35,9 +35,8 @@ from ..destination.state import (
     Held,
     Known,
     changed_column,
-    hashes_of,
+    known_of,
     links_column,
-    links_of,
     path_key,
     resource_row,
 )
@@ -216,10 +215,7 @@ class StoreCopyState:
             "fleet_copy_resource WHERE copy_name = ? AND uri = ?",
             (self.name, uri),
         )
-        if not rows:
-            return None
-        r = rows[0]
-        return Known(r[0], r[1], r[2], hashes_of(r[3]), r[4], r[5], links_of(r[6]), r[7], r[8])
+        return known_of(rows[0]) if rows else None
 
     def record(
         self,
@@ -317,7 +313,7 @@ class StoreCopyState:
             "FROM fleet_copy_resource WHERE copy_name = ? AND uri > ? ORDER BY uri LIMIT ?",
             (self.name,),
         ):
-            yield Known(r[0], r[1], r[2], hashes_of(r[3]), r[4], r[5], links_of(r[6]), r[7], r[8])
+            yield known_of(r)
 
     def held(self, set_key: str) -> Iterator[Held]:
         for uri, path, length, lastmod in self._paged(
