@@ -62,15 +62,18 @@ def test_claims_answer_alike_in_memory_and_in_their_table(
     claims: list[tuple[str, str]], bound: int
 ) -> None:
     """The first URI to claim a local path keeps it, whether the claims are still in memory or
-    have moved to their table past the bound (and across a reset)."""
+    have moved to their table past the bound (and across a reset); a claim is answered with the
+    URI that claimed the path before, the same URI when it did (listed again), None when
+    none did."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plan_module, "CLAIMS_IN_MEMORY", bound)
         plan = Plan(sqlite3.connect(":memory:"))
         for _ in range(2):
             owners: dict[str, str] = {}
             for key, uri in claims:
-                expected = owners.setdefault(key, uri)
-                assert plan.claim(key, uri) == (None if expected == uri else expected)
+                expected = owners.get(key)
+                owners.setdefault(key, uri)
+                assert plan.claim(key, uri) == expected
             moved = plan.db.execute("SELECT COUNT(*) FROM claims").fetchone()[0]
             assert moved == (len(owners) if len(owners) > bound else 0)
             plan.reset()

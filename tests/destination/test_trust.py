@@ -1492,6 +1492,115 @@ def test_a_resource_dump_manifest_entry_that_says_deleted_is_not_listed(tmp_path
         assert code == 0 and found["in_sync"] == 1, found
 
 
+def test_a_uri_listed_twice_in_a_resource_list_takes_its_last_entry_as_audit_does(
+    tmp_path: Path,
+) -> None:
+    """A Resource List that lists one URI twice with two descriptions (a sitemap generated
+    from a join, an item in two collections). `audit` takes the last entry; a baseline took
+    the first whenever the last described what the copy held: it failed for ever on a digest
+    mismatch while `audit` said in sync, or said ok over the bytes of the first entry while
+    `audit` said different. Now the last entry wins in both, and the run says the list is
+    bent (the validator calls it an error)."""
+    old, new = b"old bytes", b"new bytes!"
+    with hand_source() as src:
+        b = src.base
+        for case, served in (("last held", old), ("first served", new)):
+            dest = tmp_path / case
+            src.files["/x.txt"], src.files["/y.txt"] = old, b"y"
+            src.publish([entry(b, "/x.txt", old), entry(b, "/y.txt", b"y")])
+            code, summary = cli_json("sync", b, dest)
+            assert code == 0 and tree(dest) == {"x.txt": old, "y.txt": b"y"}, summary
+            src.files["/x.txt"] = served
+            twice = [entry(b, "/x.txt", new), entry(b, "/y.txt", b"y"), entry(b, "/x.txt", old)]
+            src.publish(twice, at="2024-01-02T00:00:00Z")
+            code, summary = cli_json("sync", b, dest, "--baseline")
+            assert code == 0, (case, summary)
+            assert tree(dest) == {"x.txt": old, "y.txt": b"y"}, case
+            got = _set(summary)
+            assert (got["fetched"], got["unchanged"], got["failed"]) == (0, 2, 0), (case, got)
+            warned = [p["message"] for p in got["problems"]]
+            assert any(
+                m.startswith("warning: 1 entry lists again a URI") and m.endswith(f"{b}/x.txt")
+                for m in warned
+            ), warned
+            code, found = cli_json("audit", b, dest)
+            assert code == 0 and found["in_sync"] == 2, (case, found)
+
+        # The other way round: the last entry is the new one — fetched, counted once.
+        dest = tmp_path / "last new"
+        src.files["/x.txt"] = old
+        src.publish([entry(b, "/x.txt", old), entry(b, "/y.txt", b"y")])
+        assert cli_json("sync", b, dest)[0] == 0
+        src.files["/x.txt"] = new
+        twice = [entry(b, "/x.txt", old), entry(b, "/y.txt", b"y"), entry(b, "/x.txt", new)]
+        src.publish(twice, at="2024-01-03T00:00:00Z")
+        code, summary = cli_json("sync", b, dest, "--baseline")
+        got = _set(summary)
+        assert code == 0 and (got["fetched"], got["unchanged"]) == (1, 1), got
+        assert tree(dest) == {"x.txt": new, "y.txt": b"y"}
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 2, found
+
+
+def test_a_uri_listed_twice_in_a_resource_dump_takes_its_last_entry_as_audit_does(
+    tmp_path: Path,
+) -> None:
+    """The same for a Source that publishes only its Resource Dump: a manifest listing one URI
+    twice (two members) had both extracted, and a run over a copy that held the last one
+    extracted the first — ok over the bytes `audit` (the last entry) called different. The
+    last entry of each URI is taken, in one manifest and across packages, and said."""
+    import io
+    import zipfile
+
+    def package(members: dict[str, bytes], manifest: bytes) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr("manifest.xml", manifest)
+            for name, data in members.items():
+                zf.writestr(name, data)
+        return buf.getvalue()
+
+    old, new = b"old bytes", b"new bytes!"
+    with hand_source() as src:
+        b = src.base
+        src.capabilities([{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}])
+        src.files["/x.txt"] = new  # what the Source serves on its own is not the question
+        one = [entry(b, "/x.txt", new, path="/x1.txt"), entry(b, "/x.txt", old, path="/x2.txt")]
+        z = package({"x1.txt": new, "x2.txt": old}, urlset("resourcedump-manifest", one, at=AT))
+        two = [
+            package(
+                {"x.txt": body},
+                urlset("resourcedump-manifest", [entry(b, "/x.txt", body, path="/x.txt")], at=AT),
+            )
+            for body in (new, old)
+        ]
+        layouts = {"one manifest": [z], "two packages": two}
+        for case, packages in layouts.items():
+            parts = []
+            for n, zipped in enumerate(packages):
+                src.files[f"/p{n}.zip"] = zipped
+                parts.append(entry(b, f"/p{n}.zip", zipped))
+            for gone in range(len(packages), 2):
+                src.files.pop(f"/p{gone}.zip", None)
+            src.docs["/resourcedump.xml"] = urlset("resourcedump", parts, at=AT)
+            dest = tmp_path / case
+            for run in ("first", "again"):
+                code, summary = cli_json(
+                    "sync", b, dest, *(["--baseline"] if run == "again" else [])
+                )
+                got = _set(summary)
+                assert code == 0 and tree(dest) == {"x.txt": old}, (case, run, got)
+                warned = [p["message"] for p in got["problems"]]
+                assert any(
+                    m.startswith("warning: 1 entry lists again a URI the Resource Dump")
+                    for m in warned
+                ), (case, run, warned)
+                code, found = cli_json("audit", b, dest)
+                assert code == 0 and found["in_sync"] == 1, (case, run, found)
+            if case == "one manifest":
+                assert (got["fetched"], got["unchanged"]) == (0, 1), got
+
+
 def test_a_change_the_change_lists_never_listed_is_found_by_a_newer_resource_list(
     tmp_path: Path,
 ) -> None:

@@ -36,7 +36,16 @@ from .changeplan import ChangePlanner, InOrder
 from .discover import SetInfo
 from .mirror import UnsafePath, Written
 from .options import Run
-from .plan import MAX_PARTS, Plan, Planner, expect, same, tell_warnings, tombstones
+from .plan import (
+    MAX_PARTS,
+    Plan,
+    Planner,
+    Relisted,
+    expect,
+    same,
+    tell_warnings,
+    tombstones,
+)
 from .report import SetReport
 from .state import Cursor, change_of, keep_links
 from .unpack import extract
@@ -220,7 +229,18 @@ def _apply_package(
     if gone:
         entries = [e for e in entries if e.change != "deleted"]
         report.problem(package.loc, tombstones(gone))
-    plan.seen([e.loc for e in entries])
+    # A URI listed again, in this manifest or an earlier package's: its last entry is taken
+    # (as `audit` takes it), in the order of the last entries.
+    relisted = Relisted("Resource Dump")
+    last: dict[str, Resource] = {}
+    for e in entries:
+        if last.pop(e.loc, None) is not None:
+            relisted.add(e.loc)
+        last[e.loc] = e
+    entries = list(last.values())
+    for uri in plan.seen_again(list(last)):
+        relisted.add(uri)
+    relisted.tell(package.loc, report)
     mirror = run.mirror
     wanted = []
     for res in entries:

@@ -162,21 +162,24 @@ class Plan:
 
     def claim(self, key: str, uri: str) -> str | None:
         """Claim a local path (by `path_key`) for `uri` in this run; the URI that claimed it
-        first when that is another."""
+        before (`uri` itself when it did), None when none did."""
         claims = self._claims
         if claims is not None:
-            other = claims.setdefault(key, uri)
+            other = claims.get(key)
+            if other is not None:
+                return other
+            claims[key] = uri
             if len(claims) > CLAIMS_IN_MEMORY:
                 self.db.executemany("INSERT INTO claims (key, uri) VALUES (?, ?)", claims.items())
                 self._claims = None
-            return None if other == uri else other
+            return None
         added = self.db.execute(
             "INSERT OR IGNORE INTO claims (key, uri) VALUES (?, ?)", (key, uri)
         ).rowcount
         if added:
             return None
         row = self.db.execute("SELECT uri FROM claims WHERE key = ?", (key,)).fetchone()
-        return None if row is None or row[0] == uri else str(row[0])
+        return None if row is None else str(row[0])
 
     def give(self, key: str, uri: str) -> None:
         """The local path of `path_key` `key` is `uri`'s in this run (claimed by another
@@ -216,6 +219,11 @@ class Plan:
 
     def seen(self, uris: list[str]) -> None:
         self.db.executemany("INSERT OR IGNORE INTO seen (uri) VALUES (?)", [(u,) for u in uris])
+
+    def seen_again(self, uris: list[str]) -> list[str]:
+        """`seen`, answering with those of `uris` that were seen before in this plan."""
+        insert = "INSERT OR IGNORE INTO seen (uri) VALUES (?)"
+        return [u for u in uris if not self.db.execute(insert, (u,)).rowcount]
 
     def count(self, action: str | None = None) -> int:
         self.flush()
@@ -352,6 +360,42 @@ def tombstones(n: int) -> str:
         "Resource List lists what the Source has, core §10.1): taken as not listed, not "
         "fetched (with --delete, deleted here)"
     )
+
+
+class Relisted:
+    """The entries of a Resource List that list again a URI it listed before (in the same
+    document or in another part of its index): the last entry of each URI is taken, as `audit`
+    takes it, and the list is said to be bent once a document (the validator calls it an
+    error: core-duplicate-entry)."""
+
+    #: URIs named in the warning.
+    EXAMPLES = 3
+
+    def __init__(self, what: str = "Resource List") -> None:
+        #: What lists them ("Resource List", "Resource Dump"), as the warning names it.
+        self.what = what
+        self.count = 0
+        self.examples: list[str] = []
+
+    def add(self, uri: str) -> None:
+        self.count += 1
+        if len(self.examples) < self.EXAMPLES and uri not in self.examples:
+            self.examples.append(uri)
+
+    def tell(self, name: str, report: SetReport) -> None:
+        """Said of the document `name` when it listed a URI again; counted from then on."""
+        if not self.count:
+            return
+        n = self.count
+        more = ", …" if n > len(self.examples) else ""
+        report.problem(
+            name,
+            f"warning: {n:,} entr{'y lists' if n == 1 else 'ies list'} again a URI the "
+            f"{self.what} listed before (the last entry of each URI taken): "
+            f"{', '.join(self.examples)}{more}",
+        )
+        self.count = 0
+        self.examples.clear()
 
 
 def tell_warnings(reader: DocumentReader, report: SetReport) -> None:
@@ -497,6 +541,7 @@ class Planner:
             # repair takes into the state as it plans (`_adopt`).
             track = not self._empty or self.run.options.repair
             gone = 0
+            relisted = Relisted()
             for _, res in visit.entries():
                 if res.change == "deleted":
                     # A tombstone (a Source that keeps its deleted resources in its Resource
@@ -521,10 +566,11 @@ class Planner:
                 read += 1
                 if read % _BATCH == 0 and self.run.progress:
                     self.run.progress("read", read, 0, 0)
-                self.fetch_unless_held(res, plan, report, key)
+                self.fetch_unless_held(res, plan, report, key, relisted)
             self.loose(visit.name, visit.reader.slack)
             if gone:
                 report.problem(visit.name, tombstones(gone))
+            relisted.tell(visit.name, report)
             tell_warnings(visit.reader, report)
         plan.seen(seen)
         self.takeover.moved_on(self.claim, plan, report, url)
@@ -541,7 +587,12 @@ class Planner:
                 self.find_strays(plan)
         return at
 
-    def fetch_unless_held(self, res: Resource, plan: Plan, report: SetReport, key: str) -> None:
+    def fetch_unless_held(
+        self, res: Resource, plan: Plan, report: SetReport, key: str, relisted: Relisted
+    ) -> None:
+        """Plan to fetch a Resource List's entry unless the copy holds it as listed. A URI
+        listed again in the same list takes its last entry (as `audit` does): what an earlier
+        entry planned is replaced, and it is counted once."""
         uri = res.loc
         if not self.taken(uri):
             report.excluded += 1
@@ -559,8 +610,14 @@ class Planner:
             report.refuse(uri, exc)
             plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
             return
-        if not self.claim(uri, plan, report, path, res=res, set_key=key):
+        before = relisted.count
+        if not self.claim(uri, plan, report, path, res=res, set_key=key, relisted=relisted):
             return
+        # Listed before in this list: an earlier entry planned something, or was held as listed
+        # (and counted unchanged).
+        planned = relisted.count != before and plan.holds(uri)
+        if relisted.count != before and not planned:
+            report.unchanged -= 1
         known = None if self._empty else self.run.state.known(uri)
         if (
             known is not None
@@ -568,6 +625,8 @@ class Planner:
             and self.intact(uri, path, known, res)
         ):
             report.unchanged += 1
+            if planned:
+                plan.drop(uri)
             if not self.run.options.dry_run:
                 keep_links(self.run.state, known, res)
             return
@@ -585,6 +644,7 @@ class Planner:
         quiet: bool = False,
         res: Resource | None = None,
         set_key: str | None = None,
+        relisted: Relisted | None = None,
     ) -> bool:
         """Whether `uri` may have its local file: no other URI holds it, or claimed it first in
         this run, under any spelling a file system may take for the same name (`dir/` and
@@ -592,7 +652,8 @@ class Planner:
         other is refused and reported (issue 17.6, 17.7) and, given its entry (`res`),
         remembered as refused: the next run tries it again and says it again, so that none
         says ok over a copy that lacks it. `quiet`: refused, not reported (a change behind the
-        cursor: reported when it was listed after it)."""
+        cursor: reported when it was listed after it). `relisted`: the URIs of the Resource List
+        being read that claimed their file before in it (listed more than once)."""
         mirror = self.run.mirror
         key = path_key(mirror.stored(path) if path is not None else mirror.relpath(uri))
         other = None if self._empty else self.run.state.owner(key)
@@ -607,7 +668,9 @@ class Planner:
                 other = None
         if other is None or other == uri:
             other = plan.claim(key, uri)
-            if other is not None and self._listed_again(other, uri, key, plan, set_key):
+            if other == uri and relisted is not None:
+                relisted.add(uri)
+            elif other is not None and self._listed_again(other, uri, key, plan, set_key):
                 other = None
         if other is None or other == uri:
             return True
