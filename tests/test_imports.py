@@ -50,6 +50,37 @@ def test_every_command_is_listed_and_loads() -> None:
         assert CliRunner().invoke(main, [name, "--help"]).exit_code == 0, name
 
 
+def test_the_help_lists_every_command_without_importing_one() -> None:
+    """`resourcesync --help` imported every command to ask it for its line (half a second,
+    the sync engine, aiohttp and httpx included): the lines are written in `COMMANDS`, each
+    within a line of the help, and a command says the same once it is loaded."""
+    import click
+    from click.testing import CliRunner
+
+    from resourcesync.cli import COMMANDS, main
+
+    code = (
+        "import sys\nfrom resourcesync.cli import main\n"
+        "try:\n    main(['--help'], prog_name='resourcesync')\n"
+        "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "print('--modules--', *sorted(sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    shown, _, loaded = out.partition("Commands:")[2].partition("--modules--")
+    assert not {m for m in loaded.split() if m.startswith("resourcesync.cli.")}
+    assert not {"httpx", "aiohttp", "lxml.etree"} & set(loaded.split())
+    lines = [line.split(None, 1) for line in shown.splitlines() if line.startswith("  ")]
+    assert [name for name, _ in lines] == list(COMMANDS)
+    assert [text for _, text in lines] == [where[2] for where in COMMANDS.values()]
+    for name, where in COMMANDS.items():
+        command = main.get_command(click.Context(main), name)
+        assert command is not None and command.get_short_help_str(100) == where[2], name
+        assert len(where[2]) <= 70, name
+        assert CliRunner().invoke(main, [name, "--help"]).exit_code == 0, name
+
+
 def test_the_command_line_keeps_httpx_own_command_line_out() -> None:
     # httpx imports its command line (click, rich, pygments) when they are installed; our
     # command never runs it: a quarter of httpx's import time saved on every command that

@@ -1,7 +1,7 @@
 """The `resourcesync` command: thin click commands over the library.
 
-Each command's module is imported when that command runs (or when the help lists it): a
-command pays at start-up only for what it uses (issue 15.5; `python -X importtime`).
+Each command's module is imported when that command runs (the help's list of them is written
+here): a command pays at start-up only for what it uses (issue 15.5; `python -X importtime`).
 """
 
 from __future__ import annotations
@@ -22,26 +22,27 @@ from .. import __version__
 # httpx expects; upstream makes it lazy in pydantic/httpx2#947).
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
-#: Command name → (module under resourcesync.cli, attribute), in the order the help lists them:
-#: the order of the work (issue 14.18).
-COMMANDS: dict[str, tuple[str, str]] = {
+#: Command name → (module under resourcesync.cli, attribute, what the help's list says of it),
+#: in the order the help lists them: the order of the work (issue 14.18). The list is written
+#: here so that `resourcesync --help` imports none of the commands (it took half a second).
+COMMANDS: dict[str, tuple[str, str, str]] = {
     # A Source: publish, serve (or both, watching); check what was published.
-    "publish": ("publish", "publish"),
-    "serve": ("serve", "serve"),
-    "source": ("serve", "source"),
-    "validate": ("document", "validate"),
-    "cat": ("document", "cat"),
+    "publish": ("publish", "publish", "Publish a directory as ResourceSync documents."),
+    "serve": ("serve", "serve", "Serve what `publish` wrote, and its resources, over HTTP."),
+    "source": ("serve", "source", "Publish a directory, serve it, publish again as it changes."),
+    "validate": ("document", "validate", "Check documents against the ResourceSync rules."),
+    "cat": ("document", "cat", "List the entries of a document (file or URL)."),
     # A Destination: copy, check, look inside.
-    "sync": ("sync", "sync"),
-    "audit": ("sync", "audit"),
-    "ls": ("ls", "ls"),
+    "sync": ("sync", "sync", "Bring a local copy in step with a Source."),
+    "audit": ("sync", "audit", "Compare a local copy with the Source's current state."),
+    "ls": ("ls", "ls", "What a local copy holds, from its state."),
     # Between them, and at scale.
-    "hub": ("hub", "hub"),
-    "fleet": ("fleet", "fleet"),
-    "worker": ("worker", "worker"),
+    "hub": ("hub", "hub", "Run a WebSub hub for ResourceSync Change Notification."),
+    "fleet": ("fleet", "fleet", "Follow many Sources: register, schedule, see their status."),
+    "worker": ("worker", "worker", "Run a Celery worker that syncs a fleet's Sources."),
     # LIRS, the antenna sites' format.
-    "lirs": ("lirs", "lirs"),
-    "antenna": ("lirs", "antenna"),
+    "lirs": ("lirs", "lirs", "LIRS: read, write, merge, and convert to and from ResourceSync."),
+    "antenna": ("lirs", "antenna", "Check the sites of a list and publish what changed."),
 }
 
 
@@ -68,7 +69,18 @@ class _LazyGroup(click.Group):
         module = importlib.import_module(f"{__name__}.{where[0]}")
         command = getattr(module, where[1])
         assert isinstance(command, click.Command)
+        command.short_help = where[2]  # as the help lists it, wherever click shows it
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The list of commands, from `COMMANDS` (click's own imports each to ask it)."""
+        rows = [(name, where[2]) for name, where in COMMANDS.items()]
+        for name in super().list_commands(ctx):
+            command = super().get_command(ctx, name)
+            if name not in COMMANDS and command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(formatter.width)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(
