@@ -1,0 +1,126 @@
+"""`sync` and `audit` read a bent Resource List alike (a property test).
+
+A Source's Resource List may list one URI several times with different descriptions, and keep
+tombstones (`change="deleted"`) beside them; the Source may serve other bytes than it lists.
+Whatever the list, `sync` must not say ok over a copy that `audit` — reading the same list —
+calls different, and the copy it says ok over must be the one the list describes (the last
+entry of each URI, tombstones not listed). When the Source serves what its list's last entries
+say, `sync` must succeed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.destination.helpers import HandSource, cli_json, entry, hand_source, tree
+
+URIS = ("a.txt", "b.txt", "c.txt")
+VARIANTS = 2
+DELETED = -1
+
+
+def _body(name: str, variant: int) -> bytes:
+    return f"{name} variant {variant}\n".encode() * (variant + 1)
+
+
+@st.composite
+def states(draw: st.DrawFn) -> tuple[dict[str, int | None], list[tuple[str, int, bool]]]:
+    """One Source's state: the entries of its Resource List, in order (a URI, a variant or
+    DELETED for a tombstone, and whether the URI is spelled another way: `%61.txt` for
+    `a.txt`, one URI by RFC 3986 §6.2.2; URIs repeated often), and what it serves of each URI
+    (a variant, or None for a 404) — for an honest Source, what the last entries describe."""
+    listed = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(URIS[:2]) | st.sampled_from(URIS),
+                st.integers(DELETED, 1),
+                st.booleans(),
+            ),
+            max_size=7,
+        )
+    )
+    served = draw(st.fixed_dictionaries({n: st.none() | st.integers(0, 1) for n in URIS}))
+    if draw(st.booleans()):
+        for name, variant, _ in listed:
+            if variant != DELETED:
+                served[name] = variant
+    return served, listed
+
+
+@pytest.fixture(scope="module")
+def source() -> Iterator[HandSource]:
+    with hand_source() as src:
+        yield src
+
+
+_dests = itertools.count()
+
+
+def _publish(
+    src: HandSource, served: dict[str, int | None], listed: list[tuple[str, int, bool]], at: str
+) -> None:
+    b = src.base
+    src.files.clear()
+    for name, variant in served.items():
+        if variant is not None:
+            src.files[f"/{name}"] = _body(name, variant)
+    entries: list[dict[str, Any]] = []
+    for name, variant, spelled in listed:
+        path = f"/%{ord(name[0]):02X}{name[1:]}" if spelled else f"/{name}"
+        if variant == DELETED:
+            entries.append({"loc": b + path, "change": "deleted"})
+        else:
+            entries.append(entry(b, path, _body(name, variant)))
+    src.publish(entries, at=at)
+
+
+def _served(served: dict[str, int | None], name: str) -> bytes | None:
+    variant = served[name]
+    return None if variant is None else _body(name, variant)
+
+
+def _described(listed: list[tuple[str, int, bool]]) -> dict[str, bytes]:
+    """The copy the list describes: the last entry of each URI; a tombstone is not listed."""
+    last: dict[str, int] = {}
+    for name, variant, _ in listed:
+        if variant != DELETED:
+            last[name] = variant
+    return {name: _body(name, variant) for name, variant in last.items()}
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=st.lists(states(), min_size=1, max_size=3))
+def test_sync_says_ok_only_over_the_copy_audit_finds_in_sync(
+    source: HandSource, tmp_path_factory: pytest.TempPathFactory, steps: list[Any]
+) -> None:
+    src = source
+    dest: Path = tmp_path_factory.getbasetemp() / f"bent-{next(_dests)}"
+    # A copy of a plain list first, so that later lists meet files the copy holds.
+    plain = [(name, 0, False) for name in URIS]
+    _publish(src, dict.fromkeys(URIS, 0), plain, "2024-01-01T00:00:00Z")
+    code, summary = cli_json("sync", src.base, dest, "--delete")
+    assert code == 0, summary
+    for day, (served, listed) in enumerate(steps, start=2):
+        _publish(src, served, listed, f"2024-01-{day:02d}T00:00:00Z")
+        code, summary = cli_json("sync", src.base, dest, "--baseline", "--delete", "--allow-empty")
+        described = _described(listed)
+        audited_code, audited = cli_json("audit", src.base, dest)
+        held = tree(dest)
+        if code == 0:
+            assert held == described, (listed, served, summary)
+            assert audited_code == 0, (listed, served, audited)
+        # The Source serves what its last entries say: nothing can stop the copy.
+        if all(_served(served, name) == body for name, body in described.items()):
+            assert code == 0, (listed, served, summary)
+            assert held == described
