@@ -24,6 +24,7 @@ from tests.destination.helpers import HandSource, cli_json, entry, hand_source, 
 URIS = ("a.txt", "b.txt", "c.txt")
 VARIANTS = 2
 DELETED = -1
+AT = "2024-01-01T00:00:00Z"
 
 
 def _body(name: str, variant: int) -> bytes:
@@ -124,3 +125,92 @@ def test_sync_says_ok_only_over_the_copy_audit_finds_in_sync(
         if all(_served(served, name) == body for name, body in described.items()):
             assert code == 0, (listed, served, summary)
             assert held == described
+
+
+NAMES = ("a.txt", "b.txt", "c.txt", "d.txt")
+CHANGES = ("created", "updated", "deleted")
+
+
+@st.composite
+def change_steps(draw: st.DrawFn) -> tuple[list[tuple[str, str, int, bool, int]], bool]:
+    """The changes one step adds to the Change List, in the order listed: a URI, its change,
+    the variant its entry describes, whether the URI is spelled another way, and its hour in
+    the step's day (out of order at random: taken as listed); and whether the Source serves
+    what its changes leave (an honest Source) or whatever it likes."""
+    changes = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(NAMES[:2]) | st.sampled_from(NAMES),
+                st.sampled_from(CHANGES),
+                st.integers(0, 1),
+                st.booleans(),
+                st.integers(0, 23),
+            ),
+            max_size=6,
+        )
+    )
+    return changes, draw(st.booleans())
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    steps=st.lists(change_steps(), min_size=1, max_size=2),
+    lying=st.lists(st.tuples(st.sampled_from(NAMES), st.none() | st.integers(0, 1)), max_size=2),
+)
+def test_sync_applies_a_bent_change_list_as_audit_reads_it(
+    source: HandSource,
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[Any],
+    lying: list[tuple[str, int | None]],
+) -> None:
+    """The same for the changes after a baseline: Change Lists that list a URI several times,
+    out of order, under two spellings, create what exists, update or delete what the copy
+    never held. The copy a run says ok over is the baseline with the last change of each URI
+    applied, and `audit` finds it in sync; a Source that serves that state is followed."""
+    src = source
+    b = src.base
+    dest: Path = tmp_path_factory.getbasetemp() / f"bent-changes-{next(_dests)}"
+    state = {name: 0 for name in NAMES[:3]}
+    listed = [entry(b, f"/{n}", _body(n, v)) for n, v in state.items()]
+    changes: list[dict[str, Any]] = []
+
+    def serve(current: dict[str, int]) -> None:
+        src.files.clear()
+        for name, variant in current.items():
+            src.files[f"/{name}"] = _body(name, variant)
+
+    serve(state)
+    src.publish(listed, at=AT, changes=[])
+    code, summary = cli_json("sync", b, dest, "--delete")
+    assert code == 0, summary
+    for day, (added, honest) in enumerate(steps, start=2):
+        for name, change, variant, spelled, hour in added:
+            path = f"/%{ord(name[0]):02X}{name[1:]}" if spelled else f"/{name}"
+            when = f"2024-01-{day:02d}T{hour:02d}:00:00Z"
+            if change == "deleted":
+                changes.append({"loc": b + path, "change": change, "datetime": when})
+                state.pop(name, None)
+            else:
+                changes.append(entry(b, path, _body(name, variant), change=change, datetime=when))
+                state[name] = variant
+        served: dict[str, int] = dict(state)
+        if not honest:
+            for name, variant in lying:
+                if variant is None:
+                    served.pop(name, None)
+                else:
+                    served[name] = variant
+        serve(served)
+        src.publish(listed, at=AT, changes=changes)
+        code, summary = cli_json("sync", b, dest, "--delete")
+        described = {name: _body(name, variant) for name, variant in state.items()}
+        audited_code, audited = cli_json("audit", b, dest)
+        if code == 0:
+            assert tree(dest) == described, (changes, served, summary)
+            assert audited_code == 0, (changes, served, audited)
+        if served == state:
+            assert code == 0, (changes, served, summary)

@@ -1692,6 +1692,34 @@ def test_a_uri_the_source_spells_another_way_is_the_same_resource(tmp_path: Path
         assert code == 0 and _set(summary)["fetched"] == 0, summary
 
 
+def test_a_deletion_then_a_creation_under_another_spelling_is_the_creation(
+    tmp_path: Path,
+) -> None:
+    """A Change List that deletes a resource under the spelling the copy holds, then creates
+    it again under another (found by test_bent_lists.py): the creation took the copy's record
+    over to its spelling and the deletion, planned before it, then failed the run ("this copy
+    never held" the first spelling). The later entry wins, as for one spelling."""
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")], at=AT)
+        assert cli_json("sync", b, dest, "--delete")[0] == 0
+        src.publish(
+            [entry(b, "/a.txt", b"a")],
+            at=AT,
+            changes=[
+                {"loc": f"{b}/a.txt", "change": "deleted", "datetime": "2024-01-02T00:00:00Z"},
+                entry(b, "/%61.txt", b"a", change="created", datetime="2024-01-02T00:00:00Z"),
+            ],
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0 and not _set(summary)["problems"], summary
+        assert tree(dest) == {"a.txt": b"a"}
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 1, found
+
+
 def test_spellings_of_one_uri_in_one_run_are_one_resource(tmp_path: Path) -> None:
     """Within one run: the Resource List spells a resource one way and the Change List after
     it deletes it under another; one list spells a resource both ways. The later entry wins,

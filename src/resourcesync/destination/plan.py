@@ -658,6 +658,9 @@ class Planner:
         key = path_key(mirror.stored(path) if path is not None else mirror.relpath(uri))
         other = None if self._empty else self.run.state.owner(key)
         if other is not None and other != uri and self.respelled(other, uri, key, set_key):
+            # What this run planned for the spelling held (a deletion listed before, which
+            # claims no file) is superseded: the later entry wins, as for one spelling.
+            plan.drop(other)
             other = None
         if other is not None and other != uri and res is not None and set_key and path:
             # Held for another URI: the Source's former address? (`takeover.py`)
