@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import ReadError, ResourceSyncError
 from ..hashing import checkable
+from ..iri import normal_uri
 from ..model import CHANGES, Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX
@@ -338,13 +339,19 @@ class ChangePlanner:
         state = self.run.state
         plan.flush()
         rows = plan.db.execute(
-            "SELECT uri, action, length, hashes, lastmod, datetime, links, type, encoding "
-            "FROM plan WHERE late = 1"
+            "SELECT seq, uri, action, length, hashes, lastmod, datetime, links, type, encoding "
+            "FROM plan WHERE late = 1 ORDER BY seq"
         ).fetchall()
         missed: list[str] = []
         dropped: list[tuple[str]] = []
         slack = timedelta(seconds=self.planner.slack)
-        for uri, action, *described in rows:
+        last = self._last_spelled(plan, rows)
+        for seq, uri, action, *described in rows:
+            if last[normal_uri(uri)] != seq:
+                # Listed again after, under another spelling (RFC 3986 §6.2.2): the later
+                # entry is the resource's state, as when the changes were first read.
+                dropped.append((uri,))
+                continue
             known = state.known(uri)
             res = resource_of(uri, *described)
             when = res.datetime
@@ -385,6 +392,21 @@ class ChangePlanner:
                 f"({format_w3c(cursor.datetime)}), and not what the copy holds{more}: "
                 "applied (the Source listed it after a later change was read)",
             )
+
+    @staticmethod
+    def _last_spelled(plan: Plan, late: list[Any]) -> dict[str, int]:
+        """For each resource of the `late` plan rows (seq first), by its normal spelling: the
+        `seq` of its last row in the plan, late or not. The rows from the first late one on
+        are this run's changes (an incremental plan: few)."""
+        if not late:
+            return {}
+        wanted = {normal_uri(row[1]) for row in late}
+        last: dict[str, int] = {}
+        for seq, uri in plan.db.execute("SELECT seq, uri FROM plan WHERE seq >= ?", (late[0][0],)):
+            normal = normal_uri(uri)
+            if normal in wanted:
+                last[normal] = max(seq, last.get(normal, seq))
+        return last
 
     def _in_place(self, uri: str, res: Resource) -> bool:
         """Whether the file `uri` maps to is there, as `res` describes it: its length, and its
