@@ -1720,6 +1720,35 @@ def test_a_deletion_then_a_creation_under_another_spelling_is_the_creation(
         assert code == 0 and found["in_sync"] == 1, found
 
 
+def test_a_deletion_listed_under_two_spellings_is_one_deletion(tmp_path: Path) -> None:
+    """A Change List that deletes `a.txt` and then `%61.txt` (one URI): the second took the
+    copy's record over to its spelling and deleted the file, and the first then failed the
+    run with "not deleted: this copy never held … the file is kept" — over a file that was
+    gone (found by test_bent_lists.py)."""
+    dest = tmp_path / "dest"
+    when = "2024-01-02T00:00:00Z"
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"], src.files["/b.txt"] = b"a", b"b"
+        listed = [entry(b, "/a.txt", b"a"), entry(b, "/b.txt", b"b")]
+        src.publish(listed, at=AT)
+        assert cli_json("sync", b, dest, "--delete")[0] == 0
+        del src.files["/a.txt"]
+        src.publish(
+            listed,
+            at=AT,
+            changes=[
+                {"loc": f"{b}/a.txt", "change": "deleted", "datetime": when},
+                {"loc": f"{b}/%61.txt", "change": "deleted", "datetime": when},
+            ],
+        )
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0 and not _set(summary)["problems"], summary
+        assert _set(summary)["deleted"] == 1 and tree(dest) == {"b.txt": b"b"}
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 1, found
+
+
 def test_changes_looked_at_again_behind_the_cursor_take_the_last_spelling(
     tmp_path: Path,
 ) -> None:

@@ -709,8 +709,10 @@ class Planner:
         if self._empty or self.run.state.known(uri) is not None:
             return
         held = self.run.state.owner(key)
-        if held is not None and held != uri:
-            self.respelled(held, uri, key)
+        if held is not None and held != uri and self.respelled(held, uri, key):
+            # What this run planned for the spelling held (a deletion listed before) is
+            # superseded: the later entry wins, as for one spelling.
+            plan.drop(held)
 
     def _listed_again(
         self, first: str, uri: str, key: str, plan: Plan, set_key: str | None = None
