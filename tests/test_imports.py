@@ -78,7 +78,13 @@ def test_the_help_lists_every_command_without_importing_one() -> None:
         command = main.get_command(click.Context(main), name)
         assert command is not None and command.get_short_help_str(100) == where[2], name
         assert len(where[2]) <= 70, name
-        assert CliRunner().invoke(main, [name, "--help"]).exit_code == 0, name
+        shown = CliRunner().invoke(main, [name, "--help"], terminal_width=80)
+        assert shown.exit_code == 0, name
+        # A group's commands, each on one line of an 80-column help, none cut short.
+        listed = shown.output.partition("Commands:")[2].splitlines()
+        assert not [line for line in listed if line.rstrip().endswith("...")], (name, listed)
+        if isinstance(command, click.Group):
+            assert len([ln for ln in listed if ln.strip()]) == len(command.commands), listed
 
 
 def test_the_command_line_keeps_httpx_own_command_line_out() -> None:

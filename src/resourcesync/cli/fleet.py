@@ -64,7 +64,7 @@ def fleet() -> None:
     """
 
 
-@fleet.command()
+@fleet.command(short_help="Register a Source (its site or Source Description URL).")
 @click.argument("source")
 @click.option("--name", required=True, help="Its name in the fleet (and its copy's folder).")
 @click.option("--dest", type=click.Path(file_okay=False), help="Its copy elsewhere than ROOT/NAME.")
@@ -189,7 +189,7 @@ def add(
     click.echo(f"added {name}: {source} every {every:g} s", err=True)
 
 
-@fleet.command()
+@fleet.command(short_help="Stop following a Source (its copy's files are kept).")
 @click.argument("name")
 @_where
 @handle_errors
@@ -207,7 +207,7 @@ def remove(name: str, root: Path, db: str | None) -> None:
     click.echo(f"removed {name}", err=True)
 
 
-@fleet.command("list")
+@fleet.command("list", short_help="The registered Sources, tab-separated.")
 @_where
 @handle_errors
 def list_(root: Path, db: str | None) -> None:
@@ -225,7 +225,7 @@ def list_(root: Path, db: str | None) -> None:
             click.echo(f"{e.name}\t{e.source}\t{e.every:g}\t{e.via}\t{flags}")
 
 
-@fleet.command("import")
+@fleet.command("import", short_help="Register every Source of a TOML or CSV file.")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--replace", is_flag=True, help="Update the Sources already registered.")
 @_where
@@ -259,7 +259,7 @@ def _line(row: Row, outcome: Outcome) -> None:
         click.echo(f"{row.name}: FAILED: {outcome.error}", err=True)
 
 
-@fleet.command()
+@fleet.command(short_help="Run each Source's sync when it is due (until stopped, or --once).")
 @click.option("--once", is_flag=True, help="Run what is due, wait for it, exit (0: all ok).")
 @click.option("--all", "all_", is_flag=True, help="With --once: every Source, due or not.")
 @click.option(
@@ -564,7 +564,7 @@ def _cluster(
         sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
 
 
-@fleet.command()
+@fleet.command(short_help="Per Source: last run, counts, lag, failures; then totals.")
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 @click.option(
     "--html",

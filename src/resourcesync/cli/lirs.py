@@ -93,7 +93,7 @@ def lirs() -> None:
     """
 
 
-@lirs.command("cat")
+@lirs.command("cat", short_help="Print the records of a LIRS file or URL.")
 @click.argument("source")
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: one object per record.")
 @click.option("--strict", is_flag=True, help="Stop at the first bad record (exit 1).")
@@ -198,7 +198,7 @@ def _report_replaced(writer: LirsWriter, warnings: Warnings) -> None:
         )
 
 
-@lirs.command("write")
+@lirs.command("write", short_help="Write LIRS from JSON Lines, or re-encode a LIRS file.")
 @click.argument("source")
 @_writer_options
 @click.option("--strict", is_flag=True, help="Stop at the first bad record (exit 1).")
@@ -257,7 +257,7 @@ def write(
         )
 
 
-@lirs.command("merge")
+@lirs.command("merge", short_help="Merge LIRS feeds: the fresher record of each URL wins.")
 @click.argument("sources", nargs=-1, required=True)
 @_writer_options
 @click.option(
@@ -328,7 +328,7 @@ def merge(
         )
 
 
-@lirs.command("to-resourcesync")
+@lirs.command("to-resourcesync", short_help="Convert LIRS to a Change List or Resource List.")
 @click.argument("source")
 @click.option(
     "--capability",
@@ -379,7 +379,7 @@ def to_resourcesync(
         emit_json({"input": source, "output": out, "capability": capability, **stats.to_json()})
 
 
-@lirs.command("from-resourcesync")
+@lirs.command("from-resourcesync", short_help="Convert a Resource List or Change List to LIRS.")
 @click.argument("source")
 @_writer_options
 @click.option(
