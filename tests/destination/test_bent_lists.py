@@ -10,7 +10,9 @@ say, `sync` must succeed.
 
 from __future__ import annotations
 
+import io
 import itertools
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.destination.helpers import HandSource, cli_json, entry, hand_source, tree
+from tests.destination.helpers import (
+    HandSource,
+    cli_json,
+    entry,
+    hand_source,
+    md5,
+    tree,
+    urlset,
+)
 
 URIS = ("a.txt", "b.txt", "c.txt")
 VARIANTS = 2
@@ -65,7 +75,11 @@ _dests = itertools.count()
 
 
 def _publish(
-    src: HandSource, served: dict[str, int | None], listed: list[tuple[str, int, bool]], at: str
+    src: HandSource,
+    served: dict[str, int | None],
+    listed: list[tuple[str, int, bool]],
+    at: str,
+    as_dump: bool = False,
 ) -> None:
     b = src.base
     src.files.clear()
@@ -79,7 +93,36 @@ def _publish(
             entries.append({"loc": b + path, "change": "deleted"})
         else:
             entries.append(entry(b, path, _body(name, variant)))
-    src.publish(entries, at=at)
+    if not as_dump:
+        src.publish(entries, at=at)
+        return
+    # A Source that publishes its state as a Resource Dump only: the entries are the
+    # manifests' (each with its own member), split between two packages.
+    parts = []
+    half = (len(entries) + 1) // 2
+    for n, chunk in enumerate((entries[:half], entries[half:])):
+        members = {}
+        for i, e in enumerate(chunk):
+            if e.get("change") != "deleted":
+                e["path"] = f"/m{n}-{i}.txt"
+                members[f"m{n}-{i}.txt"] = _bodies[e["md5"]]
+        zipped = _package(members, urlset("resourcedump-manifest", chunk, at=at))
+        src.files[f"/p{n}.zip"] = zipped
+        parts.append(entry(b, f"/p{n}.zip", zipped))
+    src.capabilities([{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}])
+    src.docs["/resourcedump.xml"] = urlset("resourcedump", parts, at=at)
+
+
+_bodies = {md5(_body(n, v)): _body(n, v) for n in URIS for v in range(VARIANTS)}
+
+
+def _package(members: dict[str, bytes], manifest: bytes) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("manifest.xml", manifest)
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
 
 
 def _served(served: dict[str, int | None], name: str) -> bytes | None:
@@ -102,18 +145,19 @@ def _described(listed: list[tuple[str, int, bool]]) -> dict[str, bytes]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(steps=st.lists(states(), min_size=1, max_size=3))
+@pytest.mark.parametrize("as_dump", [False, True], ids=["resource list", "resource dump"])
 def test_sync_says_ok_only_over_the_copy_audit_finds_in_sync(
-    source: HandSource, tmp_path_factory: pytest.TempPathFactory, steps: list[Any]
+    source: HandSource, tmp_path_factory: pytest.TempPathFactory, steps: list[Any], as_dump: bool
 ) -> None:
     src = source
     dest: Path = tmp_path_factory.getbasetemp() / f"bent-{next(_dests)}"
     # A copy of a plain list first, so that later lists meet files the copy holds.
     plain = [(name, 0, False) for name in URIS]
-    _publish(src, dict.fromkeys(URIS, 0), plain, "2024-01-01T00:00:00Z")
+    _publish(src, dict.fromkeys(URIS, 0), plain, "2024-01-01T00:00:00Z", as_dump)
     code, summary = cli_json("sync", src.base, dest, "--delete")
     assert code == 0, summary
     for day, (served, listed) in enumerate(steps, start=2):
-        _publish(src, served, listed, f"2024-01-{day:02d}T00:00:00Z")
+        _publish(src, served, listed, f"2024-01-{day:02d}T00:00:00Z", as_dump)
         code, summary = cli_json("sync", src.base, dest, "--baseline", "--delete", "--allow-empty")
         described = _described(listed)
         audited_code, audited = cli_json("audit", src.base, dest)
@@ -121,8 +165,9 @@ def test_sync_says_ok_only_over_the_copy_audit_finds_in_sync(
         if code == 0:
             assert held == described, (listed, served, summary)
             assert audited_code == 0, (listed, served, audited)
-        # The Source serves what its last entries say: nothing can stop the copy.
-        if all(_served(served, name) == body for name, body in described.items()):
+        # The Source serves what its last entries say (a dump holds the bytes themselves):
+        # nothing can stop the copy.
+        if as_dump or all(_served(served, name) == body for name, body in described.items()):
             assert code == 0, (listed, served, summary)
             assert held == described
 

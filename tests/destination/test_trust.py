@@ -1601,6 +1601,41 @@ def test_a_uri_listed_twice_in_a_resource_dump_takes_its_last_entry_as_audit_doe
                 assert (got["fetched"], got["unchanged"]) == (0, 1), got
 
 
+def test_a_resource_dump_that_spells_a_uri_another_way_keeps_its_file(tmp_path: Path) -> None:
+    """A dump-only Source whose next manifest spells a resource another way (`%61.txt` for
+    `a.txt`, one URI): the member was written to the same local file, and then, the record
+    being under the old spelling that the dump no longer listed, deleted with `--delete` —
+    `sync` said ok over a copy without the file (found by test_bent_lists.py). The record
+    goes over to the spelling listed now, as from a Resource List."""
+    import io
+    import zipfile
+
+    def dump(b: str, rel: str, at: str) -> None:
+        buf = io.BytesIO()
+        manifest = urlset("resourcedump-manifest", [entry(b, rel, b"a", path="/m.txt")], at=at)
+        with zipfile.ZipFile(buf, "w") as zf:
+            zf.writestr("manifest.xml", manifest)
+            zf.writestr("m.txt", b"a")
+        src.files["/p.zip"] = buf.getvalue()
+        src.docs["/resourcedump.xml"] = urlset(
+            "resourcedump", [entry(b, "/p.zip", buf.getvalue())], at=at
+        )
+
+    dest = tmp_path / "dest"
+    with hand_source() as src:
+        b = src.base
+        src.capabilities([{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}])
+        dump(b, "/a.txt", AT)
+        assert cli_json("sync", b, dest, "--delete")[0] == 0
+        dump(b, "/%61.txt", "2024-01-02T00:00:00Z")
+        for _ in range(2):
+            code, summary = cli_json("sync", b, dest, "--delete")
+            assert code == 0 and tree(dest) == {"a.txt": b"a"}, summary
+            assert _set(summary)["deleted"] == 0, summary
+        code, found = cli_json("audit", b, dest)
+        assert code == 0 and found["in_sync"] == 1, found
+
+
 def test_a_change_the_change_lists_never_listed_is_found_by_a_newer_resource_list(
     tmp_path: Path,
 ) -> None:

@@ -27,6 +27,7 @@ from ..errors import ReadError, ResourceSyncError
 from ..hashing import MultiHasher, checkable
 from ..http import Bandwidth, HttpOptions
 from ..http.transfer import TransferSession, run_loop
+from ..iri import normal_uri
 from ..model import Change, Resource
 from ..sitemap import open_document, walk
 from ..sitemap.follow import FOLLOW_INDEX, earliest_at
@@ -229,21 +230,31 @@ def _apply_package(
     if gone:
         entries = [e for e in entries if e.change != "deleted"]
         report.problem(package.loc, tombstones(gone))
-    # A URI listed again, in this manifest or an earlier package's: its last entry is taken
-    # (as `audit` takes it), in the order of the last entries.
+    # A URI listed again (under any spelling, RFC 3986 §6.2.2), in this manifest or an
+    # earlier package's: its last entry is taken (as `audit` takes it), in the order of the
+    # last entries.
     relisted = Relisted("Resource Dump")
     last: dict[str, Resource] = {}
     for e in entries:
-        if last.pop(e.loc, None) is not None:
+        if last.pop(normal_uri(e.loc), None) is not None:
             relisted.add(e.loc)
-        last[e.loc] = e
+        last[normal_uri(e.loc)] = e
     entries = list(last.values())
-    for uri in plan.seen_again(list(last)):
+    for uri in plan.seen_again([e.loc for e in entries]):
         relisted.add(uri)
     relisted.tell(package.loc, report)
     mirror = run.mirror
     wanted = []
     for res in entries:
+        try:
+            path = mirror.location(res.loc)
+        except UnsafePath:
+            path = None  # refused as the package is extracted
+        # Its local file, as a Resource List's entry claims it: another spelling of a URI the
+        # copy holds takes its record over (else it was "not listed": deleted after it was
+        # written); a URI whose file another holds is refused and said.
+        if path is not None and not planner.claim(res.loc, plan, report, path, res=res):
+            continue
         if _held(run, planner, res):
             report.unchanged += 1
         else:
