@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import json
 import os
 import sqlite3
 import threading
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -268,6 +270,16 @@ def urlset(capability: str, entries: list[dict[str, Any]], **md: str) -> bytes:
         lines.append(f"<url>{body}</url>")
     lines.append("</urlset>")
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def package(members: dict[str, bytes], manifest: bytes) -> bytes:
+    """A Resource Dump's package: `manifest` as manifest.xml, and `members` by name."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("manifest.xml", manifest)
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
 
 
 def sitemapindex(capability: str, parts: list[dict[str, Any]], **md: str) -> bytes:

@@ -10,9 +10,7 @@ say, `sync` must succeed.
 
 from __future__ import annotations
 
-import io
 import itertools
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from tests.destination.helpers import (
     entry,
     hand_source,
     md5,
+    package,
     tree,
     urlset,
 )
@@ -106,7 +105,7 @@ def _publish(
             if e.get("change") != "deleted":
                 e["path"] = f"/m{n}-{i}.txt"
                 members[f"m{n}-{i}.txt"] = _bodies[e["md5"]]
-        zipped = _package(members, urlset("resourcedump-manifest", chunk, at=at))
+        zipped = package(members, urlset("resourcedump-manifest", chunk, at=at))
         src.files[f"/p{n}.zip"] = zipped
         parts.append(entry(b, f"/p{n}.zip", zipped))
     src.capabilities([{"loc": f"{b}/resourcedump.xml", "capability": "resourcedump"}])
@@ -114,15 +113,6 @@ def _publish(
 
 
 _bodies = {md5(_body(n, v)): _body(n, v) for n in URIS for v in range(VARIANTS)}
-
-
-def _package(members: dict[str, bytes], manifest: bytes) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("manifest.xml", manifest)
-        for name, data in members.items():
-            zf.writestr(name, data)
-    return buf.getvalue()
 
 
 def _served(served: dict[str, int | None], name: str) -> bytes | None:

@@ -24,6 +24,7 @@ from tests.destination.helpers import (
     cli_json,
     entry,
     hand_source,
+    package,
     sitemapindex,
     tree,
     urlset,
@@ -1450,16 +1451,6 @@ def test_a_resource_dump_manifest_entry_that_says_deleted_is_not_listed(tmp_path
     only its dump (no Resource List): the entry was taken as a member to extract, not found
     in the package, then asked for on its own (a 404, exit 1 for ever), and `audit` said in
     sync over the copy that still held it. Taken as not listed, as in a Resource List."""
-    import io
-    import zipfile
-
-    def package(members: dict[str, bytes], manifest: bytes) -> bytes:
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-            zf.writestr("manifest.xml", manifest)
-            for name, data in members.items():
-                zf.writestr(name, data)
-        return buf.getvalue()
 
     def dump(b: str, entries: list[dict[str, Any]], members: dict[str, bytes], at: str) -> None:
         zipped = package(members, urlset("resourcedump-manifest", entries, at=at))
@@ -1549,17 +1540,6 @@ def test_a_uri_listed_twice_in_a_resource_dump_takes_its_last_entry_as_audit_doe
     twice (two members) had both extracted, and a run over a copy that held the last one
     extracted the first — ok over the bytes `audit` (the last entry) called different. The
     last entry of each URI is taken, in one manifest and across packages, and said."""
-    import io
-    import zipfile
-
-    def package(members: dict[str, bytes], manifest: bytes) -> bytes:
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-            zf.writestr("manifest.xml", manifest)
-            for name, data in members.items():
-                zf.writestr(name, data)
-        return buf.getvalue()
-
     old, new = b"old bytes", b"new bytes!"
     with hand_source() as src:
         b = src.base
@@ -1607,19 +1587,11 @@ def test_a_resource_dump_that_spells_a_uri_another_way_keeps_its_file(tmp_path: 
     being under the old spelling that the dump no longer listed, deleted with `--delete` —
     `sync` said ok over a copy without the file (found by test_bent_lists.py). The record
     goes over to the spelling listed now, as from a Resource List."""
-    import io
-    import zipfile
 
     def dump(b: str, rel: str, at: str) -> None:
-        buf = io.BytesIO()
         manifest = urlset("resourcedump-manifest", [entry(b, rel, b"a", path="/m.txt")], at=at)
-        with zipfile.ZipFile(buf, "w") as zf:
-            zf.writestr("manifest.xml", manifest)
-            zf.writestr("m.txt", b"a")
-        src.files["/p.zip"] = buf.getvalue()
-        src.docs["/resourcedump.xml"] = urlset(
-            "resourcedump", [entry(b, "/p.zip", buf.getvalue())], at=at
-        )
+        src.files["/p.zip"] = zipped = package({"m.txt": b"a"}, manifest)
+        src.docs["/resourcedump.xml"] = urlset("resourcedump", [entry(b, "/p.zip", zipped)], at=at)
 
     dest = tmp_path / "dest"
     with hand_source() as src:
