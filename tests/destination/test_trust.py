@@ -1712,19 +1712,27 @@ def test_a_deletion_then_a_creation_under_another_spelling_is_the_creation(
         src.files["/a.txt"] = b"a"
         src.publish([entry(b, "/a.txt", b"a")], at=AT)
         assert cli_json("sync", b, dest, "--delete")[0] == 0
-        src.publish(
-            [entry(b, "/a.txt", b"a")],
-            at=AT,
-            changes=[
-                {"loc": f"{b}/a.txt", "change": "deleted", "datetime": "2024-01-02T00:00:00Z"},
-                entry(b, "/%61.txt", b"a", change="created", datetime="2024-01-02T00:00:00Z"),
-            ],
-        )
+        changes = [
+            {"loc": f"{b}/a.txt", "change": "deleted", "datetime": "2024-01-02T00:00:00Z"},
+            entry(b, "/%61.txt", b"a", change="created", datetime="2024-01-02T00:00:00Z"),
+        ]
+        src.publish([entry(b, "/a.txt", b"a")], at=AT, changes=changes)
         code, summary = cli_json("sync", b, dest, "--delete")
         assert code == 0 and not _set(summary)["problems"], summary
         assert tree(dest) == {"a.txt": b"a"}
         code, found = cli_json("audit", b, dest)
         assert code == 0 and found["in_sync"] == 1, found
+        # A resource the copy never held, deleted under one spelling and created under
+        # another: the deletion was left in the plan and refused the new file ("never held").
+        src.files["/d.txt"] = b"d"
+        changes += [
+            {"loc": f"{b}/%64.txt", "change": "deleted", "datetime": "2024-01-03T00:00:00Z"},
+            entry(b, "/d.txt", b"d", change="created", datetime="2024-01-03T00:00:00Z"),
+        ]
+        src.publish([entry(b, "/a.txt", b"a")], at=AT, changes=changes)
+        code, summary = cli_json("sync", b, dest, "--delete")
+        assert code == 0 and not _set(summary)["problems"], summary
+        assert tree(dest) == {"a.txt": b"a", "d.txt": b"d"}
 
 
 def test_a_deletion_listed_under_two_spellings_is_one_deletion(tmp_path: Path) -> None:

@@ -70,6 +70,7 @@ class Plan:
         db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (uri TEXT PRIMARY KEY)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, uri TEXT)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS strays (path TEXT PRIMARY KEY)")
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS deletions (key TEXT PRIMARY KEY, uri TEXT)")
         self.batch: list[tuple[Any, ...]] = []
         #: The claims while they are few (None once they have moved to the `claims` table).
         self._claims: dict[str, str] | None = {}
@@ -82,7 +83,8 @@ class Plan:
         self.batch.clear()
         self._claims = {}
         self.refused_said.clear()
-        for table in ("plan", "seen", "claims", "strays"):
+        self.deletions = 0
+        for table in ("plan", "seen", "claims", "strays", "deletions"):
             self.db.execute(f"DELETE FROM {table}")
 
     def add(
@@ -179,6 +181,19 @@ class Plan:
         if added:
             return None
         row = self.db.execute("SELECT uri FROM claims WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def deleting(self, key: str, uri: str) -> None:
+        """A deletion of `uri`, whose local path is `path_key` `key`, is listed in this run (a
+        deletion claims no file: another URI may take it after)."""
+        self.db.execute("INSERT OR REPLACE INTO deletions (key, uri) VALUES (?, ?)", (key, uri))
+        self.deletions += 1
+
+    def deleted_at(self, key: str) -> str | None:
+        """The URI of this run's last deletion listed at the local path `key`, if any."""
+        if not self.deletions:
+            return None
+        row = self.db.execute("SELECT uri FROM deletions WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
     def give(self, key: str, uri: str) -> None:
@@ -671,6 +686,10 @@ class Planner:
                 other = None
         if other is None or other == uri:
             other = plan.claim(key, uri)
+            gone = plan.deleted_at(key) if other is None else None
+            if gone is not None and gone != uri and same_uri(gone, uri):
+                # Deleted before in this run under another spelling: the later entry wins.
+                plan.drop(gone)
             if other == uri and relisted is not None:
                 relisted.add(uri)
             elif other is not None and self._listed_again(other, uri, key, plan, set_key):
@@ -702,6 +721,7 @@ class Planner:
         """A deletion listed for `uri` (at `path`), which the copy may hold, or this run have
         planned, under another spelling (see `respelled`; the later entry wins, as in `claim`)."""
         key = path_key(self.run.mirror.stored(path))
+        plan.deleting(key, uri)
         claimant = plan.claimant(key)
         if claimant is not None:
             self._listed_again(claimant, uri, key, plan)
