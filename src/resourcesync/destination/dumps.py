@@ -236,9 +236,10 @@ def _apply_package(
     relisted = Relisted("Resource Dump")
     last: dict[str, Resource] = {}
     for e in entries:
-        if last.pop(normal_uri(e.loc), None) is not None:
+        normal = normal_uri(e.loc)
+        if last.pop(normal, None) is not None:
             relisted.add(e.loc)
-        last[normal_uri(e.loc)] = e
+        last[normal] = e
     entries = list(last.values())
     for uri in plan.seen_again([e.loc for e in entries]):
         relisted.add(uri)
@@ -255,7 +256,7 @@ def _apply_package(
         # written); a URI whose file another holds is refused and said.
         if path is not None and not planner.claim(res.loc, plan, report, path, res=res):
             continue
-        if _held(run, planner, res):
+        if path is not None and _held(run, planner, res, path):
             report.unchanged += 1
         else:
             wanted.append(res)
@@ -274,15 +275,12 @@ def _apply_package(
         _taken(run, res, outcome, key, report)
 
 
-def _held(run: Run, planner: Planner, res: Resource) -> bool:
-    """Whether the copy holds `res` as a manifest entry describes it, its file intact (as a
-    baseline from the lists tells an unchanged resource); its links taken as given now."""
+def _held(run: Run, planner: Planner, res: Resource, path: str) -> bool:
+    """Whether the copy holds `res` as a manifest entry describes it, its file (at `path`)
+    intact (as a baseline from the lists tells an unchanged resource); its links taken as
+    given now."""
     known = run.state.known(res.loc)
     if known is None or not same(known.hashes, known.length, res, known.lastmod):
-        return False
-    try:
-        path = run.mirror.location(res.loc)
-    except UnsafePath:
         return False
     if not planner.intact(res.loc, path, known, res):
         return False

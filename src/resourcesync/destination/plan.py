@@ -672,10 +672,7 @@ class Planner:
         mirror = self.run.mirror
         key = path_key(mirror.stored(path) if path is not None else mirror.relpath(uri))
         other = None if self._empty else self.run.state.owner(key)
-        if other is not None and other != uri and self.respelled(other, uri, key, set_key):
-            # What this run planned for the spelling held (a deletion listed before, which
-            # claims no file) is superseded: the later entry wins, as for one spelling.
-            plan.drop(other)
+        if other is not None and other != uri and self.respelled(other, uri, key, plan, set_key):
             other = None
         if other is not None and other != uri and res is not None and set_key and path:
             # Held for another URI: the Source's former address? (`takeover.py`)
@@ -729,10 +726,8 @@ class Planner:
         if self._empty or self.run.state.known(uri) is not None:
             return
         held = self.run.state.owner(key)
-        if held is not None and held != uri and self.respelled(held, uri, key):
-            # What this run planned for the spelling held (a deletion listed before) is
-            # superseded: the later entry wins, as for one spelling.
-            plan.drop(held)
+        if held is not None and held != uri:
+            self.respelled(held, uri, key, plan)
 
     def _listed_again(
         self, first: str, uri: str, key: str, plan: Plan, set_key: str | None = None
@@ -745,20 +740,25 @@ class Planner:
             return False
         plan.drop(first)
         plan.give(key, uri)
-        self.respelled(first, uri, key, set_key)
+        self.respelled(first, uri, key, plan, set_key)
         return True
 
-    def respelled(self, held: str, uri: str, key: str, set_key: str | None = None) -> bool:
+    def respelled(
+        self, held: str, uri: str, key: str, plan: Plan, set_key: str | None = None
+    ) -> bool:
         """Whether `uri`, which the copy does not hold, is another spelling of `held`, which
         holds its file (RFC 3986 §6.2.2: `%7E` for `~`, the host's case, a default port, dot
         segments): one resource. Its record goes over to the spelling the Source lists now
         (not in a dry run), so that what happens to it next — an update, a deletion — is
-        applied to the file, not refused (or "never held") over a copy left as it was."""
+        applied to the file, not refused (or "never held") over a copy left as it was. What
+        this run planned for `held` (a deletion listed before, which claims no file) is
+        superseded: the later entry wins, as for one spelling."""
         state = self.run.state
         if not same_uri(held, uri) or state.known(uri) is not None:
             return False
         if state.known(held) is not None and not self.run.options.dry_run:
             state.rekey(held, uri, set_key)
+        plan.drop(held)
         return True
 
     def intact(self, uri: str, path: str, known: Known, res: Resource) -> bool:
