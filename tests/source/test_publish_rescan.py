@@ -207,6 +207,47 @@ def test_a_few_changes_are_kept_as_the_listings_delta_until_it_grows(tmp_path: P
         assert (again.rehashed, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
 
 
+def test_a_delta_over_a_listing_named_another_way_is_dropped_once(tmp_path: Path) -> None:
+    """A delta written by an earlier resourcesync (its listing named by BLAKE2b, not by length
+    and CRC-32) does not match the listing: it is dropped, the files it held are looked up
+    again (their stat differs from the listing), and nothing is journaled twice; a file changed
+    meanwhile is journaled once. The run after leaves a delta named the new way."""
+    import hashlib
+    import marshal
+
+    data = tmp_path / "data"
+    (data / "d").mkdir(parents=True)
+    for i in range(200):
+        (data / "d" / f"f{i:03d}.txt").write_text(f"file {i}")
+    with SetState(tmp_path / "state.sqlite") as state:
+        Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        (data / "d" / "f001.txt").write_text("changed once")
+        first = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert first.updated == 1
+        whole, delta = listing_row(state, "d/")
+        assert delta is not None
+        _, grown = marshal.loads(delta)
+        old_id = hashlib.blake2b(whole, digest_size=8).digest()
+        state.db.execute(
+            "UPDATE dirs SET delta = ? WHERE path = 'd/'", (marshal.dumps((old_id, grown)),)
+        )
+        (data / "d" / "f002.txt").write_text("changed twice")
+        run = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        # f001.txt looked up again (its delta gone) and found as the snapshot records it: not
+        # read, not a change; f002.txt read and journaled.
+        assert (run.rehashed, run.updated, run.created, run.deleted) == (1, 1, 0, 0)
+        assert snapshot(state) == fresh(tmp_path, data)
+        changes = [
+            r[0] for r in state.db.execute("SELECT uri FROM changes WHERE change = 'updated'")
+        ]
+        assert sorted(changes) == [BASE + "d/f001.txt", BASE + "d/f002.txt"]
+        _, delta = listing_row(state, "d/")
+        assert delta is not None
+        assert marshal.loads(delta)[0] != old_id
+        again = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert (again.rehashed, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
+
+
 def forty_files(tmp_path: Path) -> Path:
     data = tmp_path / "data"
     data.mkdir()

