@@ -139,8 +139,13 @@ def _described(listed: list[tuple[str, int, bool]]) -> dict[str, bytes]:
 def test_sync_says_ok_only_over_the_copy_audit_finds_in_sync(
     source: HandSource, tmp_path_factory: pytest.TempPathFactory, steps: list[Any], as_dump: bool
 ) -> None:
-    src = source
-    dest: Path = tmp_path_factory.getbasetemp() / f"bent-{next(_dests)}"
+    dest = tmp_path_factory.getbasetemp() / f"bent-{next(_dests)}"
+    check_bent_lists(source, dest, steps, as_dump)
+
+
+def check_bent_lists(src: HandSource, dest: Path, steps: list[Any], as_dump: bool) -> None:
+    """Each step's Resource List (or Resource Dump) synced over the copy the last left:
+    `sync` says ok only over the copy the list describes, which `audit` finds in sync."""
     # A copy of a plain list first, so that later lists meet files the copy holds.
     plain = [(name, 0, False) for name in URIS]
     _publish(src, dict.fromkeys(URIS, 0), plain, "2024-01-01T00:00:00Z", as_dump)
@@ -187,15 +192,20 @@ def change_steps(draw: st.DrawFn) -> tuple[list[tuple[str, str, int, bool, int]]
     return changes, draw(st.booleans())
 
 
+#: What the Change List test draws (also drawn with the copy's state in a fleet's store).
+CHANGE_LIST_STEPS: dict[str, st.SearchStrategy[Any]] = {
+    "steps": st.lists(change_steps(), min_size=1, max_size=2),
+    # What a lying Source serves instead: a URI's other variant, or nothing.
+    "lying": st.lists(st.tuples(st.sampled_from(NAMES), st.none() | st.integers(0, 1)), max_size=2),
+}
+
+
 @settings(
     max_examples=15,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(
-    steps=st.lists(change_steps(), min_size=1, max_size=2),
-    lying=st.lists(st.tuples(st.sampled_from(NAMES), st.none() | st.integers(0, 1)), max_size=2),
-)
+@given(**CHANGE_LIST_STEPS)
 def test_sync_applies_a_bent_change_list_as_audit_reads_it(
     source: HandSource,
     tmp_path_factory: pytest.TempPathFactory,
@@ -206,9 +216,15 @@ def test_sync_applies_a_bent_change_list_as_audit_reads_it(
     out of order, under two spellings, create what exists, update or delete what the copy
     never held. The copy a run says ok over is the baseline with the last change of each URI
     applied, and `audit` finds it in sync; a Source that serves that state is followed."""
-    src = source
+    dest = tmp_path_factory.getbasetemp() / f"bent-changes-{next(_dests)}"
+    check_bent_change_lists(source, dest, steps, lying)
+
+
+def check_bent_change_lists(
+    src: HandSource, dest: Path, steps: list[Any], lying: list[tuple[str, int | None]]
+) -> None:
+    """A baseline, then each step's changes appended to the Change List and synced."""
     b = src.base
-    dest: Path = tmp_path_factory.getbasetemp() / f"bent-changes-{next(_dests)}"
     state = {name: 0 for name in NAMES[:3]}
     listed = [entry(b, f"/{n}", _body(n, v)) for n, v in state.items()]
     changes: list[dict[str, Any]] = []

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import resourcesync.destination.audit as audit_module
 import resourcesync.destination.sync as sync_module
@@ -32,7 +34,13 @@ from resourcesync.fleet.copystate import IMPORTED_SUFFIX, StoreCopyState
 from resourcesync.fleet.store import SQLiteStore, SQLStore
 from resourcesync.model import Link, Resource
 from resourcesync.w3cdt import parse_w3c
-from tests.destination.helpers import published_source, tree
+from tests.destination.helpers import HandSource, hand_source, published_source, tree
+from tests.destination.test_bent_lists import (
+    CHANGE_LIST_STEPS,
+    check_bent_change_lists,
+    check_bent_lists,
+    states,
+)
 
 # The Destination's tests, collected here again (each runs on both backends).
 from tests.destination.test_faults import (  # noqa: F401
@@ -66,19 +74,25 @@ from tests.destination.test_trust import (  # noqa: F401
     test_a_change_listed_out_of_chronological_order_is_not_skipped,
     test_a_change_that_appears_late_behind_the_cursor_is_applied,
     test_a_change_value_in_another_case_is_read_as_it_means_another_word_is_not_applied,
+    test_a_deletion_listed_under_two_spellings_is_one_deletion,
     test_a_deletion_never_removes_a_file_this_sync_did_not_write,
+    test_a_deletion_then_a_creation_under_another_spelling_is_the_creation,
     test_a_gap_inside_a_change_list_index_is_reported,
     test_a_later_change_supersedes_a_remembered_failure,
     test_a_notification_delivered_after_later_ones_is_superseded_by_what_the_copy_applied,
     test_a_pending_deletion_superseded_by_a_re_creation_is_not_applied,
+    test_a_resource_dump_that_spells_a_uri_another_way_keeps_its_file,
     test_a_resource_list_entry_that_says_deleted_is_not_listed,
     test_a_resource_list_of_resource_lists_is_followed_not_downloaded,
     test_a_resource_list_time_without_a_zone_is_no_gap_for_change_lists_with_theirs,
     test_a_source_whose_history_went_back_is_not_followed_as_if_nothing_changed,
+    test_a_uri_listed_twice_in_a_resource_dump_takes_its_last_entry_as_audit_does,
+    test_a_uri_listed_twice_in_a_resource_list_takes_its_last_entry_as_audit_does,
     test_a_uri_the_source_spells_another_way_is_the_same_resource,
     test_an_edit_that_keeps_the_length_is_fetched_from_a_source_without_digests,
     test_an_entry_without_a_change_is_said_by_every_run_until_a_change_resolves_it,
     test_changes_in_times_without_a_zone_are_not_skipped_behind_the_cursor,
+    test_changes_looked_at_again_behind_the_cursor_take_the_last_spelling,
     test_lastmod_without_datetime_is_not_the_time_of_the_change,
     test_spellings_of_one_uri_in_one_run_are_one_resource,
     test_the_cursor_is_the_latest_change_applied_not_the_last_listed,
@@ -103,8 +117,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLStore]:
         assert not local.exists(), f"a local state was written: {local}"
         return opened.copy_state(names.setdefault(str(local.parent.parent), f"c{len(names)}"))
 
-    def with_store(options: SyncOptions, source: str) -> SyncOptions:
-        return dataclasses.replace(scoped(options, source), state=in_store)
+    def with_store(options: SyncOptions, url: str) -> SyncOptions:
+        return dataclasses.replace(scoped(options, url), state=in_store)
 
     # Every sync and audit the test runs (through the CLI too) is given that state.
     patch = pytest.MonkeyPatch()
@@ -115,6 +129,47 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLStore]:
     finally:
         patch.undo()
         opened.close()
+
+
+# -- the Destination's property tests of bent lists, fewer examples a backend ---------------
+
+_BENT = settings(
+    max_examples=5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@pytest.fixture(scope="module")
+def bent_source() -> Iterator[HandSource]:
+    with hand_source() as src:
+        yield src
+
+
+@_BENT
+@given(steps=st.lists(states(), min_size=1, max_size=3))
+@pytest.mark.parametrize("as_dump", [False, True], ids=["resource list", "resource dump"])
+def test_bent_lists_in_the_store(
+    bent_source: HandSource,
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[Any],
+    as_dump: bool,
+) -> None:
+    """`tests/destination/test_bent_lists.py`'s Resource Lists and Dumps, the state in the
+    store: sync says ok only over the copy the lists describe, and audit agrees."""
+    check_bent_lists(bent_source, tmp_path_factory.mktemp("bent"), steps, as_dump)
+
+
+@_BENT
+@given(**CHANGE_LIST_STEPS)
+def test_bent_change_lists_in_the_store(
+    bent_source: HandSource,
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[Any],
+    lying: list[tuple[str, int | None]],
+) -> None:
+    """The same for bent Change Lists after a baseline."""
+    check_bent_change_lists(bent_source, tmp_path_factory.mktemp("bent-changes"), steps, lying)
 
 
 # -- the differential test ----------------------------------------------------------------
