@@ -248,6 +248,62 @@ def test_a_delta_over_a_listing_named_another_way_is_dropped_once(tmp_path: Path
         assert (again.rehashed, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
 
 
+#: A listing's column, and what is written over it: bytes, None for the first half of the
+#: listing's own bytes, or a value to `marshal`.
+DAMAGES: dict[str, tuple[str, object]] = {
+    "bytes": ("files", b"\xde\xad\xbe\xef"),
+    "cut short": ("files", None),
+    "another type": ("files", [1, 2]),
+    "an entry of another shape": ("files", {"f001.txt": [1, 2]}),
+    "sub-directories": ("subdirs", b"\x00"),
+    "a delta of another shape": ("delta", (1, 2, 3)),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_listing_costs_a_whole_comparison_never_a_wrong_snapshot(
+    tmp_path: Path, damage: str
+) -> None:
+    """A listing the state kept that cannot be read (bytes damaged on disk, or written by
+    something else) does not stop the scan nor mislead it: the tree is compared whole with the
+    snapshot — a file deleted, changed or added meanwhile is found — the scan says so, and the
+    listings are made again for the next run."""
+    import marshal
+
+    data = tmp_path / "data"
+    for d in ("d", "e"):
+        (data / d).mkdir(parents=True)
+        for i in range(20):
+            (data / d / f"f{i:03d}.txt").write_text(f"{d} {i}")
+    with SetState(tmp_path / "state.sqlite") as state:
+        Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        (data / "d" / "f000.txt").write_text("changed")
+        Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        column, bad = DAMAGES[damage]
+        files, _ = listing_row(state, "d/")
+        if bad is None:
+            bad = files[: len(files) // 2]
+        elif not isinstance(bad, bytes):
+            bad = marshal.dumps(bad)
+        state.db.execute(f"UPDATE dirs SET {column} = ? WHERE path = 'd/'", (bad,))
+        (data / "d" / "f001.txt").write_text("changed too")
+        (data / "d" / "f002.txt").unlink()
+        (data / "d" / "new.txt").write_text("new")
+        run = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert (run.created, run.updated, run.deleted) == (1, 1, 1)
+        assert snapshot(state) == fresh(tmp_path, data)
+        assert [p for p in run.problems if "listing of d/" in p and "made again" in p], run.problems
+        again = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert (again.rehashed, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
+        assert not again.problems
+        # Resources marked dirty in a damaged listing are read again by the next scan.
+        state.db.execute(f"UPDATE dirs SET {column} = ? WHERE path = 'd/'", (bad,))
+        state.mark_dirty(["d/f003.txt"])
+        marked = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
+        assert (marked.rehashed, marked.updated) == (1, 1)
+        assert snapshot(state) == fresh(tmp_path, data)
+
+
 def forty_files(tmp_path: Path) -> Path:
     data = tmp_path / "data"
     data.mkdir()

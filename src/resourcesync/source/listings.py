@@ -17,10 +17,11 @@ import marshal
 import sqlite3
 import zlib
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from .inventory import Stat
 
-__all__ = ["Cached", "Delta", "Listing", "Listings", "stat_of"]
+__all__ = ["Cached", "Delta", "Listing", "ListingDamaged", "Listings", "stat_of"]
 
 Listing = dict[str, Stat | None]
 #: Names changed since the listing was written whole: their stat, None, or `_GONE`.
@@ -58,16 +59,41 @@ def _listing_id(blob: bytes) -> bytes:
     return len(blob).to_bytes(4, "little") + zlib.crc32(blob).to_bytes(4, "little")
 
 
-def _applied(cached: Cached | None) -> tuple[Listing, Delta | None]:
+class ListingDamaged(Exception):
+    """A listing the state keeps cannot be read (its bytes damaged, or written by something
+    else): the scan compares the tree whole with the snapshot instead, and makes the listings
+    again (`Scan.run`)."""
+
+    def __init__(self, prefix: str, why: str) -> None:
+        super().__init__(f"{prefix or './'}: {why}")
+        self.prefix = prefix
+
+
+def _loads(blob: bytes, kind: type, prefix: str) -> Any:
+    """A listing's part (`kind`: dict for its files, tuple for its delta, list for its
+    sub-directories) as `marshal` left it."""
+    try:
+        value = marshal.loads(blob)
+    except (ValueError, EOFError, TypeError) as exc:
+        raise ListingDamaged(prefix, str(exc)) from None
+    if type(value) is not kind:
+        raise ListingDamaged(prefix, f"a {type(value).__name__} where a {kind.__name__} was kept")
+    return value
+
+
+def _applied(cached: Cached | None, prefix: str = "") -> tuple[Listing, Delta | None]:
     """A directory's listing as the last scan left it, and the delta applied to it (None:
     none). A delta applies to the listing it was written over only (a digest of its bytes): a
     listing written whole again by a resourcesync that kept no deltas drops it."""
     if cached is None:
         return {}, None
-    files: Listing = marshal.loads(cached[0])
+    files: Listing = _loads(cached[0], dict, prefix)
     if cached[2] is None:
         return files, None
-    over, delta = marshal.loads(cached[2])
+    applied = _loads(cached[2], tuple, prefix)
+    if len(applied) != 2 or type(applied[1]) is not dict:
+        raise ListingDamaged(prefix, "a delta of another shape")
+    over, delta = applied
     if over != _listing_id(cached[0]):
         return files, None
     for name, st in delta.items():
@@ -90,8 +116,8 @@ class Listings:
         cached: Cached | None = self.db.execute(
             "SELECT files, subdirs, delta FROM dirs WHERE path = ?", (prefix,)
         ).fetchone()
-        files, delta = _applied(cached)
-        subdirs: list[str] = marshal.loads(cached[1]) if cached else []
+        files, delta = _applied(cached, prefix)
+        subdirs: list[str] = _loads(cached[1], list, prefix) if cached else []
         return cached, files, delta, subdirs
 
     def store(

@@ -26,7 +26,7 @@ from ..model import Resource
 from ..sitemap.write import entry_xml
 from ..w3cdt import format_w3c, parse_w3c
 from .inventory import DirectoryInventory, Item, ScanStats, Stat, file_fingerprint
-from .listings import stat_of
+from .listings import ListingDamaged, stat_of
 from .state import DIRTY, TICK, SetState, StateError, change_resource
 
 __all__ = ["DeletionsRefused", "Journal", "Scan", "ScanResult"]
@@ -140,7 +140,25 @@ class Scan:
                 if result.baseline:
                     self._forget_listings()
                     only = None
-                self._scan_tree(inventory, algorithms, result, progress, only)
+                self.db.execute("SAVEPOINT listings")
+                try:
+                    self._scan_tree(inventory, algorithms, result, progress, only)
+                except ListingDamaged as exc:
+                    # The listings are the state's own shortcut: a damaged one costs this run
+                    # a whole comparison with the snapshot (which lists every file, so a file
+                    # gone is still found gone), never a wrong Resource List.
+                    self.db.execute("ROLLBACK TO listings")
+                    result = ScanResult(
+                        run=result.run, started=started, completed=started, baseline=result.baseline
+                    )
+                    inventory.stats = ScanStats()
+                    self._merge(old_rows, inventory, algorithms, result, progress, uris_stable)
+                    self._rebuild_listings(signature)
+                    result.problems.append(
+                        f"the state's listing of {exc}: the tree compared whole with the "
+                        "snapshot, the listings made again"
+                    )
+                self.db.execute("RELEASE listings")
                 self.state.put("dirs_for", signature)
             else:
                 self._merge(old_rows, inventory, algorithms, result, progress, uris_stable)
@@ -309,7 +327,10 @@ class Scan:
                 # order, as a whole scan would.
                 # The pairs in one listing and not the other, compared in C (a third less
                 # than a lookup per name): names changed, gone, or new.
-                differ = {name for name, _ in files.items() ^ old_files.items()}
+                try:
+                    differ = {name for name, _ in files.items() ^ old_files.items()}
+                except TypeError:
+                    raise ListingDamaged(prefix, "a file's entry of another shape") from None
                 result.unchanged += len(files) - len(differ & files.keys())
                 kept = dict(files)
                 # A first scan has nothing to look up.

@@ -23,7 +23,7 @@ from ..model import Resource
 from ..sitemap.write import entry_xml
 from ..sqlite import connect, transaction
 from ..w3cdt import format_w3c, parse_w3c
-from .listings import Listings
+from .listings import ListingDamaged, Listings
 
 __all__ = ["ArchiveRow", "ChangeListRow", "SetState", "StateError", "change_resource"]
 
@@ -236,8 +236,14 @@ class SetState:
             "UPDATE resources SET fingerprint = ? WHERE key = ?", ((DIRTY, k) for k in keys)
         )
         # …and their directories' listings compare them again.
-        for key in keys:
-            self.listings.mark(key)
+        try:
+            for key in keys:
+                self.listings.mark(key)
+        except ListingDamaged:
+            # Without listings the next scan compares the tree whole with the snapshot (which
+            # holds the mark) and makes them again.
+            self.listings.forget()
+            self.db.execute("DELETE FROM meta WHERE key = 'dirs_for'")
 
     # -- reading ---------------------------------------------------------------------------
 
