@@ -72,6 +72,64 @@ def test_sync_on_a_damaged_state_says_so_and_repair_makes_it_again(tmp_path: Pat
         assert cli("audit", src.root, dest).exit_code == 0
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE resources SET hashes = '{bad' WHERE uri LIKE '%f03.txt'",
+        "UPDATE resources SET hashes = '[1, 2]' WHERE uri LIKE '%f03.txt'",
+        "UPDATE resources SET links = 'not json' WHERE uri LIKE '%f04.txt'",
+        "UPDATE resources SET links = '{\"rel\": \"x\"}' WHERE uri LIKE '%f04.txt'",
+        "INSERT INTO failed (uri, expected, reason, set_key) "
+        "SELECT uri, '{cut', 'a reason', set_key FROM resources WHERE uri LIKE '%f05.txt'",
+    ],
+    ids=["digests", "digests of another shape", "links", "links of another shape", "failure"],
+)
+def test_a_value_of_the_state_that_cannot_be_read_is_said_and_repair_makes_it_again(
+    tmp_path: Path, damage: str
+) -> None:
+    """A value in the copy's state that cannot be read though SQLite reads its pages (a hand,
+    a tool, bytes changed inside a page): `sync` and `audit` say it in one line naming the
+    file, the resource and `--repair`, exit 2, nothing recorded (a traceback before); `sync
+    --repair` sets the state aside and makes it again, as for a state SQLite finds damaged."""
+    dest = tmp_path / "copy"
+    with published_source(tmp_path, FILES) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        state = dest / STATE / "state.sqlite"
+        db = sqlite3.connect(state)
+        with db:
+            db.execute(damage)
+        db.close()
+        # The Source changes the three resources, so that the next sync looks at what the
+        # state holds of each.
+        for name in ("f03", "f04", "f05"):
+            (src.data / "d" / f"{name}.txt").write_bytes(b"changed\n")
+        src.publish()
+        before = tree(dest)
+        # (A baseline records each resource again from the Source's list: it may mend the
+        # value without reading it. `audit` judges the files by the Source's lists: it reads
+        # the value only where it needs it, and then says the same.)
+        for command in (["sync"], ["sync", "--dry-run"], ["audit"]):
+            r = cli(command[0], src.root, dest, *command[1:])
+            if command == ["audit"] and r.exit_code != 2:
+                assert r.exit_code == 1 and "Traceback" not in r.stderr, r.stderr  # behind
+                continue
+            assert r.exit_code == 2, (command, r.stderr)
+            line = one_line(r.stderr)
+            assert str(state) in line and "cannot be read" in line and "--repair" in line, line
+            assert tree(dest) == before
+        r = cli("sync", src.root, dest, "--repair", "--json")
+        assert r.exit_code == 0, r.stderr
+        (report,) = json.loads(r.stdout)["sets"]
+        said = [p["message"] for p in report["problems"]]
+        assert any(
+            "cannot be read" in m and "set aside as state.sqlite.damaged-" in m for m in said
+        )
+        assert report["fetched"] == 3, report
+        assert tree(dest) == tree(src.data)
+        assert cli("sync", src.root, dest).exit_code == 0
+        assert cli("audit", src.root, dest).exit_code == 0
+
+
 def test_a_state_that_is_not_a_database(tmp_path: Path) -> None:
     dest = tmp_path / "copy"
     with published_source(tmp_path, FILES) as src:

@@ -337,6 +337,49 @@ def test_removing_a_source_removes_its_copys_state(store: SQLStore) -> None:
     assert store.copy_state("b").count() == 1
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE fleet_copy_resource SET hashes = '{bad' WHERE copy_name = 'a'",
+        "UPDATE fleet_copy_resource SET links = '{\"rel\": \"x\"}' WHERE copy_name = 'a'",
+        "UPDATE fleet_copy_failed SET expected = 'cut' WHERE copy_name = 'a'",
+    ],
+    ids=["digests", "links", "failure"],
+)
+def test_a_value_the_store_cannot_read_is_said_naming_the_store_and_the_copy(
+    store: SQLStore, damage: str
+) -> None:
+    """A copy's value in the store that cannot be read is `StateDamaged` naming the store
+    (without its password), the copy and the resource — one Source's failure in a fleet —
+    never a traceback nor a value taken for another. Another copy is not touched."""
+    from resourcesync.errors import StateDamaged
+
+    for name in ("a", "b"):
+        st = store.copy_state(name)
+        st.record(URIS[0], "a", 1, {"md5": "0" * 32}, None, None, None, "set1")
+        st.fail(URIS[0], {"length": 1}, "a reason", "set1")
+        st.close()
+    store._execute(damage)
+    st = store.copy_state("a")
+    reads = [
+        lambda: st.known(URIS[0]),
+        lambda: list(st.all_known()),
+        lambda: st.failures("set1"),
+    ]
+    failing = 0
+    for read in reads:
+        try:
+            read()
+        except StateDamaged as exc:
+            failing += 1
+            said = str(exc)
+            assert store.where() in said and "the copy of a" in said, said
+            assert URIS[0] in said and "cannot be read" in said, said
+    assert failing == (1 if "failed" in damage else 2)
+    other = store.copy_state("b")
+    assert other.known(URIS[0]) is not None and other.failures("set1")
+
+
 # -- a copy synced before, taken over --------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import ResourceSyncError
+from ..errors import ResourceSyncError, StateDamaged
 from ..jsonable import link_from_json, link_json
 from ..model import Link, Resource
 from ..sqlite import connect, connect_read_only, transaction
@@ -102,12 +102,42 @@ def hashes_column(hashes: dict[str, str]) -> str:
     return json.dumps(hashes, sort_keys=True)
 
 
-def hashes_of(column: str) -> dict[str, str]:
+def column_json(column: str, kind: type, what: str, uri: str | None = None) -> Any:
+    """A state's JSON column (`kind`: dict or list) as it was written; a value that cannot be
+    read (damaged, or written by something else) is `StateDamaged` — without the database,
+    which the state that read it adds (`CopyState` implementations) — never a traceback nor
+    a value taken for another."""
+    try:
+        value = json.loads(column)
+    except (ValueError, TypeError) as exc:
+        why = str(exc)
+    else:
+        if type(value) is kind:
+            return value
+        why = f"a {type(value).__name__} where a {kind.__name__} was kept"
+    of = f" of {uri}" if uri else ""
+    raise StateDamaged(f"the state holds {what}{of} that cannot be read ({why})")
+
+
+@contextlib.contextmanager
+def reading(where: str, remedy: str | None = None) -> Iterator[None]:
+    """`column_json`'s `StateDamaged` naming the state database (`where`) and what mends it."""
+    try:
+        yield
+    except StateDamaged as exc:
+        if exc.source is not None:
+            raise
+        tail = f": {remedy}" if remedy else ""
+        raise StateDamaged(exc.message + tail, source=where) from None
+
+
+def hashes_of(column: str, uri: str | None = None) -> dict[str, str]:
     """The digests a state's column holds (`hashes_column`'s inverse)."""
     one = _ONE.match(column)
     if one is not None:
         return {one[1]: one[2]}
-    return dict(json.loads(column))
+    hashes: dict[str, str] = column_json(column, dict, "the digests", uri)
+    return hashes
 
 
 def links_column(links: Sequence[Link] | None) -> str | None:
@@ -117,9 +147,9 @@ def links_column(links: Sequence[Link] | None) -> str | None:
     return json.dumps([link_json(ln) for ln in links], sort_keys=True) if links else None
 
 
-def links_of(column: str | None) -> list[dict[str, Any]]:
+def links_of(column: str | None, uri: str | None = None) -> list[dict[str, Any]]:
     """The links a state's column holds, as JSON objects."""
-    return list(json.loads(column)) if column else []
+    return column_json(column, list, "the links", uri) if column else []  # type: ignore[no-any-return]
 
 
 def keep_links(state: CopyState, known: Known, res: Resource) -> None:
@@ -277,10 +307,10 @@ def known_of(row: Sequence[Any]) -> Known:
         row[0],
         row[1],
         row[2],
-        hashes_of(row[3]),
+        hashes_of(row[3], row[0]),
         row[4],
         row[5],
-        links_of(row[6]),
+        links_of(row[6], row[0]),
         row[7],
         row[8],
     )
@@ -344,6 +374,29 @@ class CopyState(Protocol):
     def get(self, key: str) -> str | None: ...
     def put(self, key: str, value: str) -> None: ...
     def drop(self, key: str) -> None: ...
+
+
+def unreadable_values(path: Path) -> str | None:
+    """What of the copy's state at `path` cannot be read though SQLite reads its pages (a
+    value damaged, or written by something else), None when every value can: `sync --repair`
+    sets such a state aside as it does one SQLite finds damaged. Reads every row once."""
+    if not path.exists():
+        return None
+    try:
+        state = DestinationState.reading(path)
+    except StateError:
+        return None  # an older format: the next sync migrates it, then reads it
+    try:
+        for uri, hashes, links in state.db.execute("SELECT uri, hashes, links FROM resources"):
+            hashes_of(hashes, uri)
+            links_of(links, uri)
+        for uri, expected in state.db.execute("SELECT uri, expected FROM failed"):
+            column_json(expected, dict, "what a failed fetch expected", uri)
+    except StateDamaged as exc:
+        return exc.message
+    finally:
+        state.close()
+    return None
 
 
 #: What mends a copy's damaged state (said with the error).
@@ -425,7 +478,13 @@ class DestinationState:
             f"{self._changed} FROM resources WHERE uri = ?",
             (uri,),
         ).fetchone()
-        return None if row is None else known_of(row)
+        if row is None:
+            return None
+        with self._reading():
+            return known_of(row)
+
+    def _reading(self) -> contextlib.AbstractContextManager[None]:
+        return reading(str(self.path), REPAIR)
 
     def record(
         self,
@@ -509,7 +568,9 @@ class DestinationState:
             "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod, "
             f"{self._changed} FROM resources ORDER BY uri"
         ):
-            yield known_of(row)
+            with self._reading():
+                known = known_of(row)
+            yield known
 
     def held(self, set_key: str) -> Iterator[Held]:
         """What the copy holds of a set, in URI order (see `Held`)."""
@@ -601,13 +662,14 @@ class DestinationState:
         )
 
     def failures(self, set_key: str) -> list[tuple[str, dict[str, Any], str]]:
-        return [
-            (uri, json.loads(expected), reason)
-            for uri, expected, reason in self.db.execute(
-                "SELECT uri, expected, reason FROM failed WHERE set_key = ? ORDER BY uri",
-                (set_key,),
-            )
-        ]
+        with self._reading():
+            return [
+                (uri, column_json(expected, dict, "what a failed fetch expected", uri), reason)
+                for uri, expected, reason in self.db.execute(
+                    "SELECT uri, expected, reason FROM failed WHERE set_key = ? ORDER BY uri",
+                    (set_key,),
+                )
+            ]
 
     def has_failure(self, uri: str) -> bool:
         return self.db.execute("SELECT 1 FROM failed WHERE uri = ?", (uri,)).fetchone() is not None

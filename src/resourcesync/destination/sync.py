@@ -61,6 +61,7 @@ from .state import (
     StateError,
     expected_resource,
     path_key,
+    unreadable_values,
 )
 from .transfer import Transfer
 
@@ -164,15 +165,20 @@ class _Syncer:
         options = self.options
         if options.state is not None:
             return options.state(state_path)
-        if options.repair and not options.dry_run and not healthy(state_path):
-            # What `sync` says to do when SQLite finds the copy's state damaged: a repair
-            # checks every file against the Source and finds the ones it does not list, which
-            # is what makes a state again. The damaged one is kept beside it, never read.
-            aside = set_aside(state_path)
-            self._notes.append(
-                f"warning: the state database was damaged: set aside as {aside.name}, and made "
-                "again from the files and the Source"
-            )
+        if options.repair and not options.dry_run:
+            # What `sync` says to do when SQLite finds the copy's state damaged, or a value
+            # in it that cannot be read: a repair checks every file against the Source and
+            # finds the ones it does not list, which is what makes a state again. The damaged
+            # one is kept beside it, never read.
+            why = None if healthy(state_path) else ""
+            if why is None:
+                why = unreadable_values(state_path)
+            if why is not None:
+                aside = set_aside(state_path)
+                self._notes.append(
+                    f"warning: the state database was damaged{f' ({why})' if why else ''}: "
+                    f"set aside as {aside.name}, and made again from the files and the Source"
+                )
         if options.dry_run and self._scratch is None:
             # A dry run writes nothing in DEST: the copy's state is read, and planned on
             # temporary tables (it was opened to write, and one of an older format migrated).

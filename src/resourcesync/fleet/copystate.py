@@ -35,9 +35,11 @@ from ..destination.state import (
     Held,
     Known,
     changed_column,
+    column_json,
     known_of,
     links_column,
     path_key,
+    reading,
     resource_row,
 )
 from ..model import Link
@@ -215,7 +217,13 @@ class StoreCopyState:
             "fleet_copy_resource WHERE copy_name = ? AND uri = ?",
             (self.name, uri),
         )
-        return known_of(rows[0]) if rows else None
+        if not rows:
+            return None
+        with self._reading():
+            return known_of(rows[0])
+
+    def _reading(self) -> contextlib.AbstractContextManager[None]:
+        return reading(f"{self.store.where()} (the copy of {self.name})")
 
     def record(
         self,
@@ -313,7 +321,9 @@ class StoreCopyState:
             "FROM fleet_copy_resource WHERE copy_name = ? AND uri > ? ORDER BY uri LIMIT ?",
             (self.name,),
         ):
-            yield known_of(r)
+            with self._reading():
+                known = known_of(r)
+            yield known
 
     def held(self, set_key: str) -> Iterator[Held]:
         for uri, path, length, lastmod in self._paged(
@@ -409,14 +419,15 @@ class StoreCopyState:
         )
 
     def failures(self, set_key: str) -> list[tuple[str, dict[str, Any], str]]:
-        return [
-            (r[0], json.loads(r[1]), r[2])
-            for r in self._q(
-                "SELECT uri, expected, reason FROM fleet_copy_failed WHERE copy_name = ? "
-                "AND set_key = ? ORDER BY uri",
-                (self.name, set_key),
-            )
-        ]
+        with self._reading():
+            return [
+                (r[0], column_json(r[1], dict, "what a failed fetch expected", r[0]), r[2])
+                for r in self._q(
+                    "SELECT uri, expected, reason FROM fleet_copy_failed WHERE copy_name = ? "
+                    "AND set_key = ? ORDER BY uri",
+                    (self.name, set_key),
+                )
+            ]
 
     def has_failure(self, uri: str) -> bool:
         return bool(

@@ -44,6 +44,9 @@ def _first(exc: BaseException) -> str:
 
 
 class PostgresStore(SQLStore):
+    def where(self) -> str:
+        return _redact(self.url)
+
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
         self._depth = 0  # transactions open on the connection

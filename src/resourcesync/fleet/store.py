@@ -210,6 +210,10 @@ class FleetStore(Protocol):
         already held elsewhere."""
         ...
 
+    def where(self) -> str:
+        """The store as messages name it (its file, or its URL without the password)."""
+        ...
+
     def copy_state(self, name: str) -> StoreCopyState:
         """The Destination state of `name`'s copy, kept in this store."""
         ...
@@ -231,6 +235,9 @@ class SQLStore:
         raise NotImplementedError  # pragma: no cover - abstract
 
     def _transaction(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def where(self) -> str:
         raise NotImplementedError  # pragma: no cover - abstract
 
     def copy_state(self, name: str) -> StoreCopyState:
@@ -411,6 +418,9 @@ _RESTORE = (
 class SQLiteStore(SQLStore):
     """The embedded store: one SQLite file; the per-Source lock is an flock on a file beside it
     (so two `fleet run` on one root never sync one Source at once)."""
+
+    def where(self) -> str:
+        return str(self.path)
 
     def __init__(self, path: Path, *, create: bool = True) -> None:
         self.path = path
