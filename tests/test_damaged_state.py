@@ -214,6 +214,44 @@ def test_publish_on_a_damaged_state_and_a_history_started_again(tmp_path: Path) 
         assert cli("audit", src.root, dest).exit_code == 0
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE archive SET extra = '{cut' WHERE kind = 'resourcelist'",
+        "UPDATE archive SET extra = '[1]' WHERE kind = 'resourcelist'",
+        "UPDATE archive SET at = 'yesterday' WHERE kind = 'resourcelist'",
+    ],
+    ids=["details", "details of another shape", "a time"],
+)
+def test_a_record_of_a_sources_state_that_cannot_be_read_is_said(
+    tmp_path: Path, damage: str
+) -> None:
+    """A Source's record of what it published that cannot be read though SQLite reads its
+    pages: `publish` says it in one line naming the state and what mends it, exit 2, and
+    publishes nothing from it (a traceback on every run before); mended as the line says."""
+    dest = tmp_path / "copy"
+    with published_source(tmp_path, FILES) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        (state,) = (src.out / STATE).glob("*.sqlite")
+        db = sqlite3.connect(state)
+        with db:
+            db.execute(damage)
+        db.close()
+        documents = tree(src.out)
+        (src.data / "d/f05.txt").write_bytes(b"changed\n")
+        args = ("publish", src.data, "--out", src.out, "--base-url", src.root, "--name", "set1")
+        r = cli(*args)
+        assert r.exit_code == 2, r.stderr
+        line = one_line(r.stderr)
+        assert str(state) in line and "cannot be read" in line and "set it aside" in line, line
+        assert tree(src.out) == documents
+        state.rename(state.with_name(state.name + ".damaged"))
+        assert cli(*args).exit_code == 0
+        assert cli("sync", src.root, dest).exit_code == 1  # the gap, then the baseline
+        assert cli("sync", src.root, dest, "--baseline").exit_code == 0
+        assert cli("audit", src.root, dest).exit_code == 0
+
+
 def test_other_state_databases_say_it_too(tmp_path: Path) -> None:
     hub = tmp_path / "hub.sqlite"
     Store(hub).close()

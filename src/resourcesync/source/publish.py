@@ -225,6 +225,9 @@ def _publish(
             scratch = tempfile.mkdtemp(prefix="resourcesync-dry-run-")
             state_path = Path(scratch) / "state.sqlite"
         with SetState(state_path, clock=clock) as state:
+            # What it published before, read whole first: a record that cannot be read stops
+            # the run before anything of it is written.
+            state.archived()
             inventory: Inventory
             stats = None
             if inventories and s.name in inventories:

@@ -12,12 +12,13 @@ Change datetimes are distinct and strictly increasing within a set (microseconds
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ..errors import ResourceSyncError
+from ..errors import ResourceSyncError, StateDamaged
 from ..hashing import parse_hashes
 from ..model import Resource
 from ..sitemap.write import entry_xml
@@ -462,15 +463,29 @@ class SetState:
 
     # -- archives --------------------------------------------------------------------------
 
-    def archived(self, kind: str) -> list[ArchiveRow]:
-        return [
-            ArchiveRow(k, i, p, u, _dt(a), _dt(c), _dt(f), _dt(t), e)
-            for k, i, p, u, a, c, f, t, e in self.db.execute(
-                "SELECT kind, id, path, url, at, completed, from_, until, extra FROM archive "
-                "WHERE kind = ? ORDER BY id",
-                (kind,),
-            )
-        ]
+    def archived(self, kind: str | None = None) -> list[ArchiveRow]:
+        """The documents of a kind (None: of every kind) this Source published and keeps,
+        oldest first. One whose record cannot be read (a time or its details damaged, or
+        written by something else) is `StateDamaged` naming the state and what mends it, not
+        a traceback: `publish` reads them all before it writes anything."""
+        rows = []
+        for k, i, p, u, a, c, f, t, e in self.db.execute(
+            "SELECT kind, id, path, url, at, completed, from_, until, extra FROM archive "
+            "WHERE kind = ? OR ? IS NULL ORDER BY id",
+            (kind, kind),
+        ):
+            try:
+                # Its details: a JSON object (a Resource List's, a package's), or a count.
+                if e is not None and type(json.loads(e)) not in (dict, int):
+                    raise ValueError(f"details {e[:40]!r}")
+                rows.append(ArchiveRow(k, i, p, u, _dt(a), _dt(c), _dt(f), _dt(t), e))
+            except (ValueError, TypeError, ResourceSyncError) as exc:
+                why = exc.message if isinstance(exc, ResourceSyncError) else str(exc)
+                raise StateDamaged(
+                    f"the state's record of the {k} {p} cannot be read ({why}): {RESTART}",
+                    source=str(self.path),
+                ) from None
+        return rows
 
     def archive(
         self,
