@@ -380,6 +380,35 @@ def test_a_value_the_store_cannot_read_is_said_naming_the_store_and_the_copy(
     assert other.known(URIS[0]) is not None and other.failures("set1")
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE fleet_source SET headers = '{cut' WHERE name = 'a'",
+        "UPDATE fleet_source SET counts = '[1]' WHERE name = 'a'",
+    ],
+    ids=["headers", "counts"],
+)
+def test_a_registry_row_the_store_cannot_read_is_said_naming_the_source(
+    store: SQLStore, damage: str
+) -> None:
+    """A Source's row of the registry whose values cannot be read: one line naming the store,
+    the Source and how to mend it (a traceback from every fleet command before)."""
+    from resourcesync.errors import StateDamaged
+    from resourcesync.fleet.registry import Entry
+
+    store.add([Entry(name=n, source=f"http://127.0.0.1:9/{n}/") for n in ("a", "b")], now=0.0)
+    store._execute("UPDATE fleet_source SET counts = '{}'")
+    store._execute(damage)
+    for read in (lambda: store.get("a"), lambda: list(store.rows()), lambda: store.due(1.0, 10)):
+        with pytest.raises(StateDamaged) as caught:
+            read()
+        said = str(caught.value)
+        assert store.where() in said and "Source a" in said and "fleet remove a" in said, said
+    assert store.get("b") is not None
+    assert store.remove("a")
+    assert [r.name for r in store.rows()] == ["b"]
+
+
 # -- a copy synced before, taken over --------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import sqlite as sqlite_habits
+from ..destination.state import column_json, reading
 from ..errors import StateDamaged, storage_failure
 from .copystate import COPY_ADDED, COPY_SCHEMA, COPY_TABLES, StoreCopyState
 from .registry import Entry, FleetError, StoreUnavailable
@@ -123,7 +124,18 @@ class Row:
         return self.entry.name
 
 
-def _row(r: Sequence[Any]) -> Row:
+def _row(r: Sequence[Any], where: str) -> Row:
+    """A registry row; one whose stored values cannot be read is `StateDamaged` naming the
+    store (`where`), the Source and what mends it, not a traceback."""
+    with reading(
+        where,
+        f"remove the Source (`resourcesync fleet remove {r[0]}`) and add it again: its copy's "
+        "files stay, and its next run compares them with the Source",
+    ):
+        headers = column_json(r[6], dict, "the request headers", f"Source {r[0]}")
+        counts = (
+            column_json(r[15], dict, "the last run's counts", f"Source {r[0]}") if r[15] else {}
+        )
     entry = Entry(
         name=r[0],
         source=r[1],
@@ -131,7 +143,7 @@ def _row(r: Sequence[Any]) -> Row:
         every=r[3],
         via=r[4],
         delete=bool(r[5]),
-        headers=json.loads(r[6]),
+        headers=headers,
         follow=bool(r[21]),
         max_delete=r[23],
         allow_empty=bool(r[24]),
@@ -150,7 +162,7 @@ def _row(r: Sequence[Any]) -> Row:
         mode=r[12],
         failures=r[13],
         error=r[14],
-        counts=json.loads(r[15]) if r[15] else {},
+        counts=counts,
         cursor=r[16],
         last_ok=r[17],
         queued=r[18],
@@ -305,7 +317,7 @@ class SQLStore:
 
     def get(self, name: str) -> Row | None:
         rows = self._execute(f"SELECT {_COLUMNS} FROM fleet_source WHERE name = ?", (name,))
-        return _row(rows[0]) if rows else None
+        return _row(rows[0], self.where()) if rows else None
 
     def rows(self) -> Iterator[Row]:
         # Pages by name, so a fleet of any size is listed in flat memory.
@@ -316,7 +328,7 @@ class SQLStore:
                 (after,),
             )
             for r in page:
-                yield _row(r)
+                yield _row(r, self.where())
             if len(page) < 500:
                 return
             after = page[-1][0]
@@ -334,7 +346,9 @@ class SQLStore:
                 "AND (queued IS NULL OR queued <= ?) "
             )
             params = (now, now - requeue_after)
-        return [_row(r) for r in self._execute(sql + "ORDER BY next_run LIMIT ?", (*params, limit))]
+        where = self.where()
+        rows = self._execute(sql + "ORDER BY next_run LIMIT ?", (*params, limit))
+        return [_row(r, where) for r in rows]
 
     def enqueue(self, names: Sequence[str], now: float) -> dict[str, int]:
         tickets: dict[str, int] = {}
