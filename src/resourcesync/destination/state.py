@@ -119,16 +119,22 @@ def column_json(column: str, kind: type, what: str, uri: str | None = None) -> A
     raise StateDamaged(f"the state holds {what}{of} that cannot be read ({why})")
 
 
+def located(exc: StateDamaged, where: str, remedy: str | None = None) -> StateDamaged:
+    """`column_json`'s `StateDamaged` naming the state database (`where`) and what mends it
+    (one already named is as it was)."""
+    if exc.source is not None:
+        return exc
+    tail = f": {remedy}" if remedy else ""
+    return StateDamaged(exc.message + tail, source=where)
+
+
 @contextlib.contextmanager
 def reading(where: str, remedy: str | None = None) -> Iterator[None]:
-    """`column_json`'s `StateDamaged` naming the state database (`where`) and what mends it."""
+    """`located` around a block (a `try` costs nothing in the hot paths: they use it)."""
     try:
         yield
     except StateDamaged as exc:
-        if exc.source is not None:
-            raise
-        tail = f": {remedy}" if remedy else ""
-        raise StateDamaged(exc.message + tail, source=where) from None
+        raise located(exc, where, remedy) from None
 
 
 def hashes_of(column: str, uri: str | None = None) -> dict[str, str]:
@@ -480,8 +486,10 @@ class DestinationState:
         ).fetchone()
         if row is None:
             return None
-        with self._reading():
+        try:
             return known_of(row)
+        except StateDamaged as exc:
+            raise located(exc, str(self.path), REPAIR) from None
 
     def _reading(self) -> contextlib.AbstractContextManager[None]:
         return reading(str(self.path), REPAIR)
@@ -568,8 +576,10 @@ class DestinationState:
             "SELECT uri, path, length, hashes, etag, last_modified, links, lastmod, "
             f"{self._changed} FROM resources ORDER BY uri"
         ):
-            with self._reading():
+            try:
                 known = known_of(row)
+            except StateDamaged as exc:
+                raise located(exc, str(self.path), REPAIR) from None
             yield known
 
     def held(self, set_key: str) -> Iterator[Held]:

@@ -38,10 +38,12 @@ from ..destination.state import (
     column_json,
     known_of,
     links_column,
+    located,
     path_key,
     reading,
     resource_row,
 )
+from ..errors import StateDamaged
 from ..model import Link
 from ..w3cdt import format_w3c, parse_w3c
 
@@ -219,11 +221,13 @@ class StoreCopyState:
         )
         if not rows:
             return None
-        with self._reading():
+        try:
             return known_of(rows[0])
+        except StateDamaged as exc:
+            raise located(exc, self._where()) from None
 
-    def _reading(self) -> contextlib.AbstractContextManager[None]:
-        return reading(f"{self.store.where()} (the copy of {self.name})")
+    def _where(self) -> str:
+        return f"{self.store.where()} (the copy of {self.name})"
 
     def record(
         self,
@@ -321,8 +325,10 @@ class StoreCopyState:
             "FROM fleet_copy_resource WHERE copy_name = ? AND uri > ? ORDER BY uri LIMIT ?",
             (self.name,),
         ):
-            with self._reading():
+            try:
                 known = known_of(r)
+            except StateDamaged as exc:
+                raise located(exc, self._where()) from None
             yield known
 
     def held(self, set_key: str) -> Iterator[Held]:
@@ -419,7 +425,7 @@ class StoreCopyState:
         )
 
     def failures(self, set_key: str) -> list[tuple[str, dict[str, Any], str]]:
-        with self._reading():
+        with reading(self._where()):
             return [
                 (r[0], column_json(r[1], dict, "what a failed fetch expected", r[0]), r[2])
                 for r in self._q(
