@@ -66,7 +66,6 @@ class ListingDamaged(Exception):
 
     def __init__(self, prefix: str, why: str) -> None:
         super().__init__(f"{prefix or './'}: {why}")
-        self.prefix = prefix
 
 
 def _loads(blob: bytes, kind: type, prefix: str) -> Any:
