@@ -384,29 +384,41 @@ def test_a_value_the_store_cannot_read_is_said_naming_the_store_and_the_copy(
     "damage",
     [
         "UPDATE fleet_source SET headers = '{cut' WHERE name = 'a'",
-        "UPDATE fleet_source SET counts = '[1]' WHERE name = 'a'",
+        "UPDATE fleet_source SET headers = '[1]' WHERE name = 'a'",
+        """UPDATE fleet_source SET headers = '{"Authorization": 1}' WHERE name = 'a'""",
     ],
-    ids=["headers", "counts"],
+    ids=["cut", "a-list", "not-text"],
 )
-def test_a_registry_row_the_store_cannot_read_is_said_naming_the_source(
+def test_a_registry_row_the_store_cannot_read_is_said_and_never_synced_as_another(
     store: SQLStore, damage: str
 ) -> None:
-    """A Source's row of the registry whose values cannot be read: one line naming the store,
-    the Source and how to mend it (a traceback from every fleet command before)."""
-    from resourcesync.errors import StateDamaged
+    """A Source's request headers that cannot be read: its row is read without them and says
+    so, naming the store, the Source and how to mend it — a traceback from every fleet command
+    before, then a halt of the whole fleet; never a Source synced without its credentials.
+    The others are read as they are."""
     from resourcesync.fleet.registry import Entry
 
     store.add([Entry(name=n, source=f"http://127.0.0.1:9/{n}/") for n in ("a", "b")], now=0.0)
-    store._execute("UPDATE fleet_source SET counts = '{}'")
     store._execute(damage)
-    for read in (lambda: store.get("a"), lambda: list(store.rows()), lambda: store.due(1.0, 10)):
-        with pytest.raises(StateDamaged) as caught:
-            read()
-        said = str(caught.value)
-        assert store.where() in said and "Source a" in said and "fleet remove a" in said, said
-    assert store.get("b") is not None
+    a = store.get("a")
+    assert a is not None and a.damaged is not None
+    assert store.where() in a.damaged and "Source a" in a.damaged, a.damaged
+    assert "request headers" in a.damaged and "fleet remove a" in a.damaged, a.damaged
+    assert a.entry.headers == {}
+    for rows in (list(store.rows()), store.due(1.0, 10)):
+        assert [(r.name, r.damaged is not None) for r in rows] == [("a", True), ("b", False)]
     assert store.remove("a")
     assert [r.name for r in store.rows()] == ["b"]
+
+
+def test_a_last_runs_counts_that_cannot_be_read_are_shown_as_none(store: SQLStore) -> None:
+    """The last run's counts (only status shows them; the next run records them again)."""
+    from resourcesync.fleet.registry import Entry
+
+    store.add([Entry(name="a", source="http://127.0.0.1:9/a/")], now=0.0)
+    store._execute("UPDATE fleet_source SET counts = '[1]' WHERE name = 'a'")
+    a = store.get("a")
+    assert a is not None and (a.counts, a.damaged) == ({}, None)
 
 
 # -- a copy synced before, taken over --------------------------------------------------------

@@ -115,6 +115,39 @@ def test_a_failing_source_is_reported_backed_off_and_recovers(tmp_path: Path) ->
         assert "3 Sources: 3 ok, 0 failing" in page
 
 
+def test_a_source_whose_registration_cannot_be_read_fails_alone(tmp_path: Path) -> None:
+    """One Source's stored request headers damaged: the fleet goes on with the others, that
+    one is never synced without them (it fails, naming the store and `fleet remove`, and is
+    backed off like any failure), and once added again it is synced."""
+    import sqlite3
+
+    root = tmp_path / "fleet"
+    with many_sources(tmp_path, ["127.0.0.2", "127.0.0.3"]) as (sites, _):
+        for site in sites:
+            added = cli("fleet", "add", site.url, "--name", site.name, "--root", root)
+            assert added.exit_code == 0, added.stderr
+        with sqlite3.connect(root / ".fleet" / "fleet.sqlite") as db:
+            db.execute("UPDATE fleet_source SET headers = '{cut' WHERE name = 's000'")
+
+        run = cli("fleet", "run", "--once", "--root", root, "--retry-after", "1h")
+        assert run.exit_code == 1, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "s000: FAILED:" in run.stderr and "fleet remove s000" in run.stderr
+        assert "2 Sources run, 1 not ok" in run.stderr
+        assert tree(root / "s001") == sites[1].files()
+        assert not (root / "s000").exists()
+        s = status(root)
+        assert (s["s000"]["ok"], s["s000"]["failures"], s["s000"]["due"]) == (False, 1, False)
+        assert "request headers" in str(s["s000"]["error"])
+        assert s["s001"]["ok"]
+
+        assert cli("fleet", "remove", "s000", "--root", root).exit_code == 0
+        assert cli("fleet", "add", sites[0].url, "--name", "s000", "--root", root).exit_code == 0
+        again = cli("fleet", "run", "--once", "--root", root)
+        assert again.exit_code == 0, again.stderr
+        assert tree(root / "s000") == sites[0].files()
+
+
 def _wait(predicate: Callable[[], bool], what: str, limit: float = 60.0) -> None:
     deadline = time.monotonic() + limit
     while not predicate():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,48 @@ def test_a_store_of_the_first_schema_gains_the_new_columns(tmp_path: Path) -> No
     assert old is not None and (old.entry.lookback, old.entry.allow_empty) == (600, False)
     assert old.entry.history_grace == 3600 and not old.entry.any_address
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "said"),
+    [
+        ("apply_delete", "'yes'", "--delete ('yes')"),
+        ("every", "'soon'", "the interval ('soon')"),
+        ("max_delete", "2.5", "--max-delete (2.5)"),
+        ("last_run", "'yesterday'", "its last run ('yesterday')"),
+        ("failures", "'many'", "its failures ('many')"),
+    ],
+)
+def test_a_registry_value_of_another_type_is_said_never_taken_for_another(
+    tmp_path: Path, column: str, value: str, said: str
+) -> None:
+    """SQLite keeps whatever a column is given: a registration or schedule value of another type
+    (a hand, a tool, a disk) is said with the store, the Source and the remedy — never taken
+    for another value (a text `--delete` read as on), never a traceback in status."""
+    import sqlite3
+
+    store = open_store(tmp_path, create=True)
+    store.add([Entry("a", "http://127.0.0.2:1/"), Entry("b", "http://127.0.0.2:2/")], now=1.0)
+    store.close()
+    with sqlite3.connect(tmp_path / ".fleet" / "fleet.sqlite") as db:
+        db.execute(f"UPDATE fleet_source SET {column} = {value} WHERE name = 'a'")
+    store = open_store(tmp_path)
+    try:
+        a, b = store.get("a"), store.get("b")
+        assert a is not None and a.damaged is not None and said in a.damaged, a and a.damaged
+        assert "fleet remove a" in a.damaged and "fleet.sqlite" in a.damaged
+        assert not a.entry.delete
+        assert b is not None and b.damaged is None
+    finally:
+        store.close()
+    shown = cli("fleet", "status", "--json", "--root", tmp_path)
+    assert shown.exit_code == 1, shown.stderr
+    doc = json.loads(shown.stdout)
+    a_status = next(s for s in doc["sources"] if s["name"] == "a")
+    assert a_status["ok"] is False and said in a_status["error"]
+    listed = cli("fleet", "list", "--root", tmp_path)
+    assert listed.exit_code == 0 and said in listed.stderr
+    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == ["a", "b"]
 
 
 @pytest.mark.parametrize(

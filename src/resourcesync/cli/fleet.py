@@ -223,6 +223,8 @@ def list_(root: Path, db: str | None) -> None:
             e = row.entry
             flags = f"{'delete' if e.delete else '-'}\t{'follow' if e.follow else '-'}"
             click.echo(f"{e.name}\t{e.source}\t{e.every:g}\t{e.via}\t{flags}")
+            if row.damaged is not None:
+                click.echo(f"warning: {row.damaged}", err=True)
 
 
 @fleet.command("import", short_help="Register every Source of a TOML or CSV file.")

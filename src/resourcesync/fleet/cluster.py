@@ -178,6 +178,9 @@ def make_app(
             try:
                 # The copies' filesystem is still this one (a mount can go while a worker runs).
                 check_root(store, worker.root)
+                if row.damaged is not None:
+                    # Its registration cannot be read whole: never synced as something else.
+                    raise FleetError(row.damaged)
             except FleetError as exc:
                 outcome = Outcome(time.time(), 0.0, False, "", str(exc))
             else:

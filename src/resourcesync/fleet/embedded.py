@@ -60,6 +60,9 @@ class Embedded:
         self.unrecorded: dict[str, tuple[Outcome, float]] = {}
 
     def _job(self, row: Row) -> Outcome | None:
+        if row.damaged is not None:
+            # Its registration cannot be read whole: synced as something else it is not.
+            return Outcome(time.time(), 0.0, False, "", row.damaged)
         with self.store.lock(row.name) as mine:
             if not mine:
                 return None  # another run is syncing it: its outcome will be recorded there

@@ -142,7 +142,8 @@ class Notifications:
         """Subscribe the followed Sources not subscribed yet (one that cannot be read now is
         tried again at the next refresh)."""
         for row in store.rows():
-            if not row.entry.follow or row.name in known:
+            # One whose registration cannot be read is not subscribed (its runs say why).
+            if not row.entry.follow or row.name in known or row.damaged is not None:
                 continue
             # Read as its syncs read it: with its credentials, within its reach.
             options = scoped(

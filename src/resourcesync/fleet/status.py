@@ -34,7 +34,8 @@ def entry_status(row: Row, now: float) -> dict[str, Any]:
         "name": row.name,
         "source": row.entry.source,
         "host": row.entry.host,
-        "ok": row.ok,
+        # A Source whose registration cannot be read is failing, whatever its last run was.
+        "ok": False if row.damaged is not None else row.ok,
         "mode": row.mode,
         "last_run": _when(row.last_run),
         "seconds": None if row.seconds is None else round(row.seconds, 3),
@@ -43,7 +44,7 @@ def entry_status(row: Row, now: float) -> dict[str, Any]:
         "failures": row.failures,
         # On a cluster: when its task was queued, until a worker reports back.
         "queued": _when(row.queued),
-        "error": row.error,
+        "error": row.damaged or row.error,
         "cursor": row.cursor,
         "last_ok": _when(row.last_ok),
         "lag": None if row.last_ok is None else round(max(now - row.last_ok, 0.0), 1),

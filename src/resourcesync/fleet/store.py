@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import sqlite as sqlite_habits
-from ..destination.state import column_json, reading
+from ..destination.state import column_json
 from ..errors import StateDamaged, storage_failure
 from .copystate import COPY_ADDED, COPY_SCHEMA, COPY_TABLES, StoreCopyState
 from .registry import Entry, FleetError, StoreUnavailable
@@ -118,57 +118,125 @@ class Row:
     done_ticket: int = 0
     #: When a notification asked for a run (None: none pending).
     woken: float | None = None
+    #: Why some of its stored values cannot be read (one line naming the store and the remedy;
+    #: None: all can). Such a Source is never synced: its runs fail with this line.
+    damaged: str | None = None
 
     @property
     def name(self) -> str:
         return self.entry.name
 
 
+#: The registry's numbers, by their index in `_COLUMNS`: (index, what it is, None allowed,
+#: an integer). SQLite keeps whatever a column is given: a value of another type is damage.
+_NUMBERS = (
+    (3, "the interval", False, False),
+    (7, "when it was added", False, False),
+    (8, "its next run", False, False),
+    (9, "its last run", True, False),
+    (10, "its last run's seconds", True, False),
+    (13, "its failures", False, True),
+    (17, "its last success", True, False),
+    (18, "when it was queued", True, False),
+    (19, "its ticket", False, True),
+    (20, "its last ticket done", False, True),
+    (22, "when a notification woke it", True, False),
+    (23, "--max-delete", True, True),
+    (25, "--lookback", False, False),
+    (26, "--history-grace", False, False),
+    (28, "--reconcile-every", False, False),
+)
+#: Its yes-or-no columns (0 or 1; `ok` may be NULL: never run).
+_FLAGS = (
+    (5, "--delete"),
+    (11, "its last result"),
+    (21, "--follow"),
+    (24, "--allow-empty"),
+    (27, "--any-address"),
+)
+
+
 def _row(r: Sequence[Any], where: str) -> Row:
-    """A registry row; one whose stored values cannot be read is `StateDamaged` naming the
-    store (`where`), the Source and what mends it, not a traceback."""
-    with reading(
-        where,
-        f"remove the Source (`resourcesync fleet remove {r[0]}`) and add it again: its copy's "
-        "files stay, and its next run compares them with the Source",
+    """A registry row. One whose stored values cannot be read (damaged, or written by something
+    else) is read with those values left out and `Row.damaged` saying which, naming the store
+    and what mends it: such a Source is never synced (its runs fail with that line, the others
+    go on), and no value is taken for another. Its last run's counts, which only status shows,
+    are read as none (its next run records them again)."""
+    name = r[0]
+    values = list(r)
+    bad: list[str] = []
+    for i, what, none, integer in _NUMBERS:
+        v = r[i]
+        if (v is None and none) or type(v) is int or (type(v) is float and not integer):
+            continue
+        bad.append(f"{what} ({v!r})")
+        values[i] = None if none else 0
+    for i, what in _FLAGS:
+        if r[i] in (0, 1) or (i == 11 and r[i] is None):
+            continue
+        bad.append(f"{what} ({r[i]!r})")
+        values[i] = None if i == 11 else 0
+    headers: Any = {}
+    try:
+        headers = json.loads(r[6])
+    except (ValueError, TypeError) as exc:
+        bad.append(f"the request headers ({exc})")
+        headers = {}
+    if type(headers) is not dict or not all(
+        type(k) is str and type(v) is str for k, v in headers.items()
     ):
-        headers = column_json(r[6], dict, "the request headers", f"Source {r[0]}")
-        counts = (
-            column_json(r[15], dict, "the last run's counts", f"Source {r[0]}") if r[15] else {}
+        bad.append("the request headers (not names and their values)")
+        headers = {}
+    try:
+        counts = column_json(r[15], dict, "the counts", name) if r[15] else {}
+    except StateDamaged:
+        counts = {}
+    damaged = None
+    if bad:
+        damaged = str(
+            StateDamaged(
+                f"the fleet's store holds values of Source {name} that cannot be read: "
+                f"{'; '.join(bad)}: it is not synced until it is removed (`resourcesync fleet "
+                f"remove {name}`) and added again (its copy's files stay, and its next run "
+                "compares them with the Source)",
+                source=where,
+            )
         )
+    v = values
     entry = Entry(
-        name=r[0],
-        source=r[1],
-        dest=r[2],
-        every=r[3],
-        via=r[4],
-        delete=bool(r[5]),
+        name=name,
+        source=v[1],
+        dest=v[2],
+        every=v[3],
+        via=v[4],
+        delete=bool(v[5]),
         headers=headers,
-        follow=bool(r[21]),
-        max_delete=r[23],
-        allow_empty=bool(r[24]),
-        lookback=r[25],
-        history_grace=r[26],
-        any_address=bool(r[27]),
-        reconcile_every=r[28],
+        follow=bool(v[21]),
+        max_delete=v[23],
+        allow_empty=bool(v[24]),
+        lookback=v[25],
+        history_grace=v[26],
+        any_address=bool(v[27]),
+        reconcile_every=v[28],
     )
     return Row(
         entry=entry,
-        added=r[7],
-        next_run=r[8],
-        last_run=r[9],
-        seconds=r[10],
-        ok=None if r[11] is None else bool(r[11]),
-        mode=r[12],
-        failures=r[13],
-        error=r[14],
+        added=v[7],
+        next_run=v[8],
+        last_run=v[9],
+        seconds=v[10],
+        ok=None if v[11] is None else bool(v[11]),
+        mode=v[12],
+        failures=v[13],
+        error=v[14],
         counts=counts,
-        cursor=r[16],
-        last_ok=r[17],
-        queued=r[18],
-        ticket=r[19],
-        done_ticket=r[20],
-        woken=r[22],
+        cursor=v[16],
+        last_ok=v[17],
+        queued=v[18],
+        ticket=v[19],
+        done_ticket=v[20],
+        woken=v[22],
+        damaged=damaged,
     )
 
 
