@@ -81,8 +81,26 @@ def test_sync_on_a_damaged_state_says_so_and_repair_makes_it_again(tmp_path: Pat
         "UPDATE resources SET links = '{\"rel\": \"x\"}' WHERE uri LIKE '%f04.txt'",
         "INSERT INTO failed (uri, expected, reason, set_key) "
         "SELECT uri, '{cut', 'a reason', set_key FROM resources WHERE uri LIKE '%f05.txt'",
+        "INSERT INTO failed (uri, expected, reason, set_key) "
+        """SELECT uri, '{"lastmod": "soon"}', 'a reason', set_key FROM resources """
+        "WHERE uri LIKE '%f05.txt'",
+        "INSERT INTO failed (uri, expected, reason, set_key) "
+        """SELECT uri, '{"links": 5}', 'a reason', set_key FROM resources """
+        "WHERE uri LIKE '%f05.txt'",
+        "UPDATE cursors SET datetime = 'garbage'",
+        "UPDATE cursors SET baseline_at = 'yesterday'",
     ],
-    ids=["digests", "digests of another shape", "links", "links of another shape", "failure"],
+    ids=[
+        "digests",
+        "digests of another shape",
+        "links",
+        "links of another shape",
+        "failure",
+        "failure's time",
+        "failure's links",
+        "cursor",
+        "baseline",
+    ],
 )
 def test_a_value_of_the_state_that_cannot_be_read_is_said_and_repair_makes_it_again(
     tmp_path: Path, damage: str
@@ -125,6 +143,27 @@ def test_a_value_of_the_state_that_cannot_be_read_is_said_and_repair_makes_it_ag
             "cannot be read" in m and "set aside as state.sqlite.damaged-" in m for m in said
         )
         assert report["fetched"] == 3, report
+        assert tree(dest) == tree(src.data)
+        assert cli("sync", src.root, dest).exit_code == 0
+        assert cli("audit", src.root, dest).exit_code == 0
+
+
+def test_a_held_files_time_that_cannot_be_read_sends_it_to_its_digest(tmp_path: Path) -> None:
+    """The time the copy recorded for a file, damaged: the look at the files held takes it
+    as no time — a file changed here is fetched again, its record made anew — never a
+    traceback (the time was parsed where a file changed here is planned)."""
+    dest = tmp_path / "copy"
+    with published_source(tmp_path, FILES) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        db = sqlite3.connect(dest / STATE / "state.sqlite")
+        with db:
+            db.execute("UPDATE resources SET lastmod = 'soon' WHERE uri LIKE '%f03.txt'")
+        db.close()
+        (dest / "d" / "f03.txt").write_bytes(b"edited here, longer than it was\n")
+        r = cli("sync", src.root, dest, "--json")
+        assert r.exit_code == 0, r.stderr
+        (report,) = json.loads(r.stdout)["sets"]
+        assert report["changed_here"] == 1 and report["fetched"] == 1, report
         assert tree(dest) == tree(src.data)
         assert cli("sync", src.root, dest).exit_code == 0
         assert cli("audit", src.root, dest).exit_code == 0

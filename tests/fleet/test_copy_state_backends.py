@@ -381,6 +381,39 @@ def test_a_value_the_store_cannot_read_is_said_naming_the_store_and_the_copy(
 
 
 @pytest.mark.parametrize(
+    ("damage", "read"),
+    [
+        ("UPDATE fleet_copy_cursor SET datetime = 'garbage'", "cursor"),
+        ("UPDATE fleet_copy_cursor SET baseline_at = 'yesterday'", "baseline_at"),
+        ("""UPDATE fleet_copy_failed SET expected = '{"lastmod": "soon"}'""", "failures"),
+    ],
+    ids=["cursor", "baseline", "failure's time"],
+)
+def test_a_time_the_store_cannot_read_is_said_naming_the_store_and_the_copy(
+    store: SQLStore, damage: str, read: str
+) -> None:
+    """A copy's cursor, last baseline or failed fetch's time that cannot be read is
+    `StateDamaged` naming the store and the copy (a `W3CDatetimeError` traceback from every
+    run before); a held file's recorded time that cannot be read is no time (the file is
+    compared by its digest), as SQLite's `julianday` makes it in a copy's own state."""
+    from resourcesync.errors import StateDamaged
+
+    st = store.copy_state("a")
+    st.record(URIS[0], "a", 1, {"md5": "0" * 32}, T0, None, None, "set1")
+    st.fail(URIS[0], {"length": 1, "lastmod": "2024-01-01T00:00:00Z"}, "a reason", "set1")
+    st.set_cursor("set1", Cursor(T0), baseline_at=T0)
+    st.close()
+    store._execute(damage + " WHERE copy_name = 'a'")
+    st = store.copy_state("a")
+    with pytest.raises(StateDamaged) as caught:
+        getattr(st, read)("set1")
+    said = str(caught.value)
+    assert store.where() in said and "the copy of a" in said and "cannot be read" in said, said
+    store._execute("UPDATE fleet_copy_resource SET lastmod = 'soon' WHERE copy_name = 'a'")
+    assert [h[4] for h in st.held("set1")] == [None]
+
+
+@pytest.mark.parametrize(
     "damage",
     [
         "UPDATE fleet_source SET headers = '{cut' WHERE name = 'a'",

@@ -74,9 +74,7 @@ def ls(dest: Path, uris: tuple[str, ...], as_json: bool) -> None:
                         "etag": known.etag,
                         "last_modified": known.last_modified,
                         "lastmod": known.lastmod,
-                        "changed": (
-                            format_w3c(parse_w3c(known.changed)) if known.changed else None
-                        ),
+                        "changed": _changed(known.changed),
                         "links": known.links,
                     }
                 )
@@ -84,3 +82,14 @@ def ls(dest: Path, uris: tuple[str, ...], as_json: bool) -> None:
                 click.echo(_line(known, human))
     if missing:
         sys.exit(EXIT_FINDINGS)
+
+
+def _changed(text: str | None) -> str | None:
+    """When the copy recorded the resource's change, as W3C; a value the state holds that
+    cannot be read is shown as it is (`ls` shows the state, it does not mend it)."""
+    if not text:
+        return None
+    try:
+        return format_w3c(parse_w3c(text))
+    except ValueError:
+        return text

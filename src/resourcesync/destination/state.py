@@ -37,6 +37,7 @@ __all__ = [
     "Known",
     "change_of",
     "changed_column",
+    "expected_column",
     "expected_of",
     "expected_resource",
     "hashes_column",
@@ -117,6 +118,29 @@ def column_json(column: str, kind: type, what: str, uri: str | None = None) -> A
         why = f"a {type(value).__name__} where a {kind.__name__} was kept"
     of = f" of {uri}" if uri else ""
     raise StateDamaged(f"the state holds {what}{of} that cannot be read ({why})")
+
+
+def column_time(column: str, what: str, uri: str | None = None) -> datetime:
+    """A state's W3C datetime column as it was written; one that cannot be read is
+    `StateDamaged` (as `column_json`), never a traceback."""
+    try:
+        return parse_w3c(column)
+    except (ValueError, TypeError) as exc:
+        of = f" of {uri}" if uri else ""
+        raise StateDamaged(f"the state holds {what}{of} that cannot be read ({exc})") from None
+
+
+def expected_column(column: str, uri: str) -> dict[str, Any]:
+    """What a failed fetch expected, as a state's column keeps it: read whole (its times,
+    digests and links as `expected_resource` takes them) or `StateDamaged`."""
+    expected: dict[str, Any] = column_json(column, dict, "what a failed fetch expected", uri)
+    try:
+        expected_resource(uri, expected)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise StateDamaged(
+            f"the state holds what a failed fetch expected of {uri} that cannot be read ({exc})"
+        ) from None
+    return expected
 
 
 def located(exc: StateDamaged, where: str, remedy: str | None = None) -> StateDamaged:
@@ -397,7 +421,14 @@ def unreadable_values(path: Path) -> str | None:
             hashes_of(hashes, uri)
             links_of(links, uri)
         for uri, expected in state.db.execute("SELECT uri, expected FROM failed"):
-            column_json(expected, dict, "what a failed fetch expected", uri)
+            expected_column(expected, uri)
+        for key, when, baseline in state.db.execute(
+            "SELECT set_key, datetime, baseline_at FROM cursors"
+        ):
+            if when is not None:
+                column_time(when, "the cursor's time", f"set {key}")
+            if baseline:
+                column_time(baseline, "the time of its last baseline", f"set {key}")
     except StateDamaged as exc:
         return exc.message
     finally:
@@ -607,13 +638,18 @@ class DestinationState:
         ).fetchone()
         if row is None or row[0] is None:
             return None
-        return Cursor(parse_w3c(row[0]), row[1] or "")
+        with self._reading():
+            when = column_time(row[0], "the cursor's time", f"set {set_key}")
+        return Cursor(when, row[1] or "")
 
     def baseline_at(self, set_key: str) -> datetime | None:
         row = self.db.execute(
             "SELECT baseline_at FROM cursors WHERE set_key = ?", (set_key,)
         ).fetchone()
-        return parse_w3c(row[0]) if row and row[0] else None
+        if not row or not row[0]:
+            return None
+        with self._reading():
+            return column_time(row[0], "the time of its last baseline", f"set {set_key}")
 
     def set_cursor(
         self, set_key: str, cursor: Cursor, *, baseline_at: datetime | None = None
@@ -674,7 +710,7 @@ class DestinationState:
     def failures(self, set_key: str) -> list[tuple[str, dict[str, Any], str]]:
         with self._reading():
             return [
-                (uri, column_json(expected, dict, "what a failed fetch expected", uri), reason)
+                (uri, expected_column(expected, uri), reason)
                 for uri, expected, reason in self.db.execute(
                     "SELECT uri, expected, reason FROM failed WHERE set_key = ? ORDER BY uri",
                     (set_key,),

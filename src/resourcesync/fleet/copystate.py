@@ -35,7 +35,8 @@ from ..destination.state import (
     Held,
     Known,
     changed_column,
-    column_json,
+    column_time,
+    expected_column,
     known_of,
     links_column,
     located,
@@ -171,6 +172,18 @@ def _resource_row(name: str, row: Sequence[Any]) -> tuple[Any, ...]:
     columns = resource_row(row)
     # resource_row gives the path where SQLite computes its key: here it is computed in Python.
     return (name, *columns[:8], path_key(columns[8]), *columns[9:])
+
+
+def _stamp(lastmod: str | None) -> float | None:
+    """A held resource's recorded time as a POSIX timestamp; None when there is none or it
+    cannot be read (as SQLite's `julianday` gives the local state: such a file is compared
+    by its digest, and its record made again when it is fetched)."""
+    if not lastmod:
+        return None
+    try:
+        return parse_w3c(lastmod).timestamp()
+    except ValueError:
+        return None
 
 
 class StoreCopyState:
@@ -337,7 +350,7 @@ class StoreCopyState:
             "AND set_key = ? AND uri > ? ORDER BY uri LIMIT ?",
             (self.name, set_key),
         ):
-            yield uri, path, length, lastmod, parse_w3c(lastmod).timestamp() if lastmod else None
+            yield uri, path, length, lastmod, _stamp(lastmod)
 
     def count(self, set_key: str | None = None) -> int:
         sql = "SELECT count(*) FROM fleet_copy_resource WHERE copy_name = ?"
@@ -356,14 +369,19 @@ class StoreCopyState:
         )
         if not rows or rows[0][0] is None:
             return None
-        return Cursor(parse_w3c(rows[0][0]), rows[0][1] or "")
+        with reading(self._where()):
+            when = column_time(rows[0][0], "the cursor's time", f"set {set_key}")
+        return Cursor(when, rows[0][1] or "")
 
     def baseline_at(self, set_key: str) -> datetime | None:
         rows = self._q(
             "SELECT baseline_at FROM fleet_copy_cursor WHERE copy_name = ? AND set_key = ?",
             (self.name, set_key),
         )
-        return parse_w3c(rows[0][0]) if rows and rows[0][0] else None
+        if not rows or not rows[0][0]:
+            return None
+        with reading(self._where()):
+            return column_time(rows[0][0], "the time of its last baseline", f"set {set_key}")
 
     def set_cursor(
         self, set_key: str, cursor: Cursor, *, baseline_at: datetime | None = None
@@ -427,7 +445,7 @@ class StoreCopyState:
     def failures(self, set_key: str) -> list[tuple[str, dict[str, Any], str]]:
         with reading(self._where()):
             return [
-                (r[0], column_json(r[1], dict, "what a failed fetch expected", r[0]), r[2])
+                (r[0], expected_column(r[1], r[0]), r[2])
                 for r in self._q(
                     "SELECT uri, expected, reason FROM fleet_copy_failed WHERE copy_name = ? "
                     "AND set_key = ? ORDER BY uri",
