@@ -234,8 +234,19 @@ def test_repair_of_a_lost_state_takes_what_is_the_sources_and_no_more(tmp_path: 
         ("UPDATE archive SET extra = '{cut' WHERE kind = 'resourcelist'", "cannot be read"),
         ("UPDATE archive SET extra = '[1]' WHERE kind = 'resourcelist'", "cannot be read"),
         ("UPDATE archive SET at = 'yesterday' WHERE kind = 'resourcelist'", "cannot be read"),
+        ("UPDATE changelists SET from_ = 'yesterday'", "Change List 1 cannot be read"),
+        ("UPDATE meta SET value = 'soon' WHERE key = 'baselined'", "mark baselined cannot"),
+        ("UPDATE meta SET value = 'x' WHERE key = 'resourcelist_seq'", "cannot be read"),
     ],
-    ids=["pages", "a record's details", "its details of another shape", "a record's time"],
+    ids=[
+        "pages",
+        "a record's details",
+        "its details of another shape",
+        "a record's time",
+        "a Change List's time",
+        "its first run's time",
+        "a count",
+    ],
 )
 def test_publish_on_a_damaged_state_and_a_history_started_again(
     tmp_path: Path, damage: str | None, said: str
@@ -253,7 +264,7 @@ def test_publish_on_a_damaged_state_and_a_history_started_again(
         else:
             db = sqlite3.connect(state)
             with db:
-                db.execute(damage)
+                assert db.execute(damage).rowcount >= 1
             db.close()
         documents = tree(src.out)
         (src.data / "d/f05.txt").write_bytes(b"changed\n")
@@ -272,6 +283,30 @@ def test_publish_on_a_damaged_state_and_a_history_started_again(
         assert r.exit_code == 1, r.stdout
         assert "gap" in r.stderr and "--baseline" in r.stderr
         assert cli("sync", src.root, dest, "--baseline").exit_code == 0
+        assert cli("audit", src.root, dest).exit_code == 0
+
+
+def test_a_snapshot_record_that_cannot_be_read_is_published_as_updated(tmp_path: Path) -> None:
+    """The snapshot's digests of a file that changed, damaged: the file is published as
+    updated with a warning naming it (a Destination fetches it again and checks it), never
+    taken for the file it was (a `ValueError` traceback from every run before)."""
+    dest = tmp_path / "copy"
+    with published_source(tmp_path, FILES) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        (state,) = (src.out / STATE).glob("*.sqlite")
+        db = sqlite3.connect(state)
+        with db:
+            db.execute("UPDATE resources SET hashes = '{cut' WHERE key = 'd/f05.txt'")
+        db.close()
+        (src.data / "d/f05.txt").write_bytes(b"changed\n")
+        args = ("publish", src.data, "--out", src.out, "--base-url", src.root, "--name", "set1")
+        r = cli(*args)
+        assert r.exit_code == 0, r.stderr
+        assert "d/f05.txt cannot be read" in r.stderr and "published as updated" in r.stderr
+        assert "1 updated" in r.stderr
+        assert cli("sync", src.root, dest).exit_code == 0
+        assert tree(dest) == tree(src.data)
+        assert cli("publish", *args[1:]).exit_code == 0
         assert cli("audit", src.root, dest).exit_code == 0
 
 

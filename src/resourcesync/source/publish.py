@@ -227,7 +227,7 @@ def _publish(
         with SetState(state_path, clock=clock) as state:
             # What it published before, read whole first: a record that cannot be read stops
             # the run before anything of it is written.
-            state.archived()
+            state.check()
             inventory: Inventory
             stats = None
             if inventories and s.name in inventories:

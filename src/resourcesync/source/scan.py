@@ -568,22 +568,23 @@ class Journal:
             if digests is None:
                 return str(old_fp)
             length, hashes = digests
-            stored = parse_hashes(old_hashes)
-            same = length == old_length and all(
-                stored.get(a) == v for a, v in hashes.items() if a in stored
-            )
-            if same and old_fp != DIRTY:
+            try:
+                stored = parse_hashes(old_hashes)
+                same = length == old_length and all(
+                    stored.get(a) == v for a, v in hashes.items() if a in stored
+                )
+                kept = parse_w3c(old_lastmod) if same else None
+            except (ValueError, TypeError) as exc:
+                # The snapshot's record of it, damaged: published as updated (a Destination
+                # fetches it again and checks it), never taken for the file it was.
+                result.problems.append(
+                    f"the state's record of {key} cannot be read ({exc}): published as updated"
+                )
+                same, kept = False, None
+            if same and kept is not None and old_fp != DIRTY:
                 # Touched, copied back, or new algorithms: not a change.
                 result.touched += 1
-                self.upsert(
-                    key,
-                    item.uri,
-                    item.fingerprint,
-                    parse_w3c(old_lastmod),
-                    length,
-                    item.type,
-                    hashes,
-                )
+                self.upsert(key, item.uri, item.fingerprint, kept, length, item.type, hashes)
                 return item.fingerprint
             result.updated += 1
             change = "updated"

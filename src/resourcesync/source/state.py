@@ -165,6 +165,20 @@ class ArchiveRow:
 
 #: What mends a Source's damaged state (said with the error): its history cannot be read
 #: back, so it starts again, and says so to its Destinations as a gap.
+#: The marks of `meta` that are times, and those that are counts or sequence numbers.
+_TIME_MARKS = frozenset({"baselined", "last_datetime", "cd_until", "cd_from", "cn_from"})
+_COUNT_MARKS = frozenset(
+    {
+        "cl_closed_written",
+        "cn_start_seq",
+        "cd_last_seq",
+        "published_run",
+        "resourcelist_seq",
+        "resourcedump_seq",
+        "schema",
+    }
+)
+
 RESTART = (
     "set it aside (rename it) and publish again: a new Resource List, and Change Lists from "
     "then on (a Destination that synced before finds the gap and runs its baseline)"
@@ -347,12 +361,13 @@ class SetState:
     # -- change lists ----------------------------------------------------------------------
 
     def changelists(self) -> list[ChangeListRow]:
-        return [
-            ChangeListRow(i, first, last, parse_w3c(f), _dt(u))
-            for i, first, last, f, u in self.db.execute(
-                "SELECT id, first_seq, last_seq, from_, until FROM changelists ORDER BY id"
-            )
-        ]
+        rows = []
+        for i, first, last, f, u in self.db.execute(
+            "SELECT id, first_seq, last_seq, from_, until FROM changelists ORDER BY id"
+        ):
+            with self._record(f"Change List {i}"):
+                rows.append(ChangeListRow(i, first, last, parse_w3c(f), _dt(u)))
+        return rows
 
     def open_changelist(self, start: datetime) -> ChangeListRow:
         """The open Change List, started at `start` when there is none yet."""
@@ -361,7 +376,8 @@ class SetState:
             "WHERE until IS NULL ORDER BY id DESC LIMIT 1"
         ).fetchone()
         if row:
-            return ChangeListRow(row[0], row[1], row[2], parse_w3c(row[3]), None)
+            with self._record(f"Change List {row[0]}"):
+                return ChangeListRow(row[0], row[1], row[2], parse_w3c(row[3]), None)
         cur = self.db.execute(
             "INSERT INTO changelists (first_seq, last_seq, from_, until) VALUES (?, NULL, ?, NULL)",
             (self.max_seq() + 1, format_w3c(start)),
@@ -424,10 +440,11 @@ class SetState:
         q = "SELECT id, first_seq, last_seq, from_, until FROM notifications"
         if unsent_only:
             q += " WHERE sent = 0"
-        return [
-            (i, a, b, parse_w3c(f), parse_w3c(u))
-            for i, a, b, f, u in self.db.execute(q + " ORDER BY id")
-        ]
+        rows = []
+        for i, a, b, f, u in self.db.execute(q + " ORDER BY id"):
+            with self._record(f"change notification {i}"):
+                rows.append((i, a, b, parse_w3c(f), parse_w3c(u)))
+        return rows
 
     def add_notification(self, first: int, last: int, from_: datetime, until: datetime) -> None:
         self.db.execute(
@@ -463,6 +480,32 @@ class SetState:
 
     # -- archives --------------------------------------------------------------------------
 
+    def check(self) -> None:
+        """Read whole what this Source published before and the marks it keeps (its
+        documents, Change Lists, notifications, times and counters): one that cannot be read
+        is `StateDamaged` naming the state and what mends it — `publish` calls this before
+        it writes anything, so a run never stops halfway on it."""
+        self.archived()
+        self.changelists()
+        self.notifications()
+        for key, value in self.db.execute("SELECT key, value FROM meta"):
+            with self._record(f"mark {key}"):
+                if key in _TIME_MARKS:
+                    parse_w3c(value)
+                elif key in _COUNT_MARKS:
+                    int(value)
+
+    @contextlib.contextmanager
+    def _record(self, what: str) -> Iterator[None]:
+        """A record of this state read: one that cannot be read is `StateDamaged`."""
+        try:
+            yield
+        except (ValueError, TypeError, ResourceSyncError) as exc:
+            why = exc.message if isinstance(exc, ResourceSyncError) else str(exc)
+            raise StateDamaged(
+                f"the state's {what} cannot be read ({why}): {RESTART}", source=str(self.path)
+            ) from None
+
     def archived(self, kind: str | None = None) -> list[ArchiveRow]:
         """The documents of a kind (None: of every kind) this Source published and keeps,
         oldest first. One whose record cannot be read (a time or its details damaged, or
@@ -474,17 +517,11 @@ class SetState:
             "WHERE kind = ? OR ? IS NULL ORDER BY id",
             (kind, kind),
         ):
-            try:
+            with self._record(f"record of the {k} {p}"):
                 # Its details: a JSON object (a Resource List's, a package's), or a count.
                 if e is not None and type(json.loads(e)) not in (dict, int):
                     raise ValueError(f"details {e[:40]!r}")
                 rows.append(ArchiveRow(k, i, p, u, _dt(a), _dt(c), _dt(f), _dt(t), e))
-            except (ValueError, TypeError, ResourceSyncError) as exc:
-                why = exc.message if isinstance(exc, ResourceSyncError) else str(exc)
-                raise StateDamaged(
-                    f"the state's record of the {k} {p} cannot be read ({why}): {RESTART}",
-                    source=str(self.path),
-                ) from None
         return rows
 
     def archive(
