@@ -98,6 +98,29 @@ FILES = {
 }
 
 
+def test_media_types_are_the_same_on_every_machine(tmp_path: Path) -> None:
+    """Each file's type comes from Python's built-in table and ours, never from the machine's
+    /etc/mime.types (which differs between machines: Debian's knows `.deb`), whether or not
+    something in the process read that file first; a compressed file is what it is."""
+    import mimetypes
+
+    mimetypes.init()  # the module's own tables from the system, as a server's might be
+    names = ["a.html", "b.md", "c.jsonl", "d.csv", "e.tar.gz", "f.deb", "g.weird", "h.lirs"]
+    make_tree(tmp_path / "data", {n: b"x" for n in names})
+    publish(config(tmp_path), clock=Clock())
+    _, entries = read_document(tmp_path / "out" / "set1" / "resourcelist.xml")
+    assert {e.loc.removeprefix(BASE): e.type for e in entries} == {
+        "a.html": "text/html",
+        "b.md": "text/markdown",
+        "c.jsonl": "application/x-ndjson",
+        "d.csv": "text/csv",
+        "e.tar.gz": "application/gzip",
+        "f.deb": "application/octet-stream",
+        "g.weird": "application/octet-stream",
+        "h.lirs": "application/x-lirs",
+    }
+
+
 def test_first_run_publishes_a_valid_tree_with_every_file(tmp_path: Path) -> None:
     make_tree(tmp_path / "data", FILES)
     result = publish(config(tmp_path), clock=Clock())

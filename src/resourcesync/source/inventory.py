@@ -45,6 +45,12 @@ __all__ = [
 # Built on first use: a re-run that finds nothing new never needs it.
 @functools.cache
 def _types() -> mimetypes.MimeTypes:
+    if not mimetypes.inited:
+        # A `MimeTypes` made before the module's own tables first reads the system's files
+        # into them (`init()`: 5 ms of /etc/mime.types) though it keeps none of it. Marked
+        # done, it does not; the module's functions still read them when first used (they
+        # look for their table, not this flag).
+        mimetypes.inited = True
     types = mimetypes.MimeTypes(filenames=())
     types.add_type("text/markdown", ".md")
     types.add_type("application/x-ndjson", ".jsonl")
