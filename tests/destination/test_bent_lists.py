@@ -130,7 +130,7 @@ def _described(listed: list[tuple[str, int, bool]]) -> dict[str, bytes]:
 
 
 @settings(
-    max_examples=15,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -201,7 +201,7 @@ CHANGE_LIST_STEPS: dict[str, st.SearchStrategy[Any]] = {
 
 
 @settings(
-    max_examples=15,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
@@ -270,13 +271,19 @@ def test_a_source_without_a_channel_is_followed_by_its_change_list(tmp_path: Pat
     assert (dest / "r3.txt").read_text() == "three\n"
 
 
-def test_a_follower_keeps_its_last_reports_not_every_one(tmp_path: Path) -> None:
+def test_a_follower_keeps_its_last_reports_not_every_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A follower runs for months, a catch-up every few minutes: it held every report it ever
     made (each with up to 1,000 problems and 10,000 links) until it stopped. Every report goes
-    to `on_event`; the last `KEPT_REPORTS` are kept and returned."""
-    from resourcesync.destination.subscribe import KEPT_REPORTS, FollowOptions, follow
+    to `on_event`; the last `KEPT_REPORTS` are kept and returned (10 here, for time: the
+    default is 100)."""
+    from resourcesync.destination import subscribe
+    from resourcesync.destination.subscribe import FollowOptions, follow
     from resourcesync.destination.sync import SyncOptions
 
+    monkeypatch.setattr(subscribe, "KEPT_REPORTS", 10)
+    kept_reports = subscribe.KEPT_REPORTS
     runs: list[object] = []
     with _source(tmp_path) as (root, base):
         _without_channel(root)
@@ -286,11 +293,11 @@ def test_a_follower_keeps_its_last_reports_not_every_one(tmp_path: Path) -> None
             SyncOptions(),
             FollowOptions(poll_interval=0.01, duration=60),
             on_event=lambda kind, detail: runs.append(detail) if kind == "caught-up" else None,
-            stop=_after(lambda: len(runs) > KEPT_REPORTS + 20),
+            stop=_after(lambda: len(runs) > kept_reports + 20),
         )
-    assert len(runs) > KEPT_REPORTS + 20
-    assert len(kept) == KEPT_REPORTS
-    assert kept[-1] is runs[-1] and kept[0] is runs[-KEPT_REPORTS]
+    assert len(runs) > kept_reports + 20
+    assert len(kept) == kept_reports
+    assert kept[-1] is runs[-1] and kept[0] is runs[-kept_reports]
 
 
 def _after(done: Callable[[], bool]) -> threading.Event:

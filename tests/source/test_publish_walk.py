@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.source.walk import walk
 
-STEPS = 200
+STEPS = 120
 
 
 def test_a_random_life_keeps_the_published_history_whole(tmp_path: Path) -> None:
@@ -26,7 +26,7 @@ def test_a_random_life_keeps_the_published_history_whole(tmp_path: Path) -> None
             w.check(complete=False)
             w.counts["publish-killed"] += 1
         # The walk's draws depend on this machine's timing too (a kill that lands draws what a
-        # finished run does not), so a rarer step may not come up in 200 (a hub refusing: 4 %
+        # finished run does not), so a rarer step may not come up in 120 (a hub refusing: 4 %
         # a step; once seen in CI): topped up the same way, each followed by a checked run.
         while w.counts["hub-refuses"] < 2:
             w.hub.refuse = w.rng.choice([1, 2, 6])
