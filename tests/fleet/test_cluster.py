@@ -131,6 +131,35 @@ def test_two_workers_one_killed_mid_task_nothing_lost(
             assert {v["mode"] for v in _status(root, db).values()} == {"incremental"}
 
 
+def test_a_source_whose_registration_cannot_be_read_fails_alone_on_the_workers(
+    tmp_path: Path, postgres: Postgres, broker: Redis
+) -> None:
+    """A cluster's registry row with request headers that cannot be read: its task fails on
+    the worker with one line naming the store and `fleet remove` (never a sync without its
+    credentials), recorded as its outcome; the other Sources are synced."""
+    import psycopg
+
+    root, db = tmp_path / "fleet", postgres.database()
+    root.mkdir()
+    with many_sources(tmp_path, ["127.0.0.2", "127.0.0.3"]) as (sites, _):
+        listing = tmp_path / "sources.csv"
+        listing.write_text(csv_of(sites))
+        assert cli("fleet", "import", listing, "--root", root, "--db", db).exit_code == 0
+        bad, good = sites[0].name, sites[1].name
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("UPDATE fleet_source SET headers = '{cut' WHERE name = %s", (bad,))
+        with workers(1, broker.url, db, root, tmp_path):
+            once = cli("fleet", "run", "--once", "--root", root, "--broker", broker.url, "--db", db)
+        assert once.exit_code == 1, once.stderr
+        assert f"{bad}: FAILED:" in once.stderr and f"fleet remove {bad}" in once.stderr
+        assert "Traceback" not in once.stderr
+        assert tree(root / good) == sites[1].files()
+        assert not (root / bad).exists()
+        status = _status(root, db)
+        assert status[good]["ok"] and status[bad]["ok"] is False
+        assert "request headers" in str(status[bad]["error"]) and status[bad]["failures"] == 1
+
+
 def test_scheduler_and_redis_restarts_work_resumes(
     tmp_path: Path, postgres: Postgres, broker: Redis
 ) -> None:
