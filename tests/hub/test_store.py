@@ -211,3 +211,43 @@ def test_a_database_found_damaged_while_the_hub_delivers_is_said_once(
     said = [r.getMessage() for r in caplog.records if "database is damaged" in r.getMessage()]
     assert len(said) == 1 and str(db) in said[0] and "set it aside" in said[0], said
     assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("UPDATE subscriptions SET expires = 'soon' WHERE callback = 'http://a/'", "lease end"),
+        ("UPDATE deliveries SET next_try = 'now' WHERE subscription_id = 1", "next try"),
+        ("UPDATE deliveries SET attempts = 'many' WHERE subscription_id = 1", "attempts"),
+    ],
+)
+def test_a_delivery_whose_stored_values_cannot_be_read_ends_its_subscription(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str, said: str
+) -> None:
+    """SQLite keeps what a column is given: a value of another type stopped that
+    subscription's deliveries for good (a `TypeError` in its worker, a traceback in the log at
+    every restart). It ends, said once; the other subscriptions are delivered; its subscriber
+    is told again once it renews."""
+    import logging
+    import sqlite3
+
+    path = tmp_path / "h.sqlite"
+    store = Store(path)
+    a = store.subscribe("http://t/", "http://a/", None, 3600)
+    b = store.subscribe("http://t/", "http://b/", None, 3600)
+    assert a.id == 1 and sorted(store.publish("http://t/", "<x>", b"1")) == [a.id, b.id]
+    store.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute(damage).rowcount == 1
+    store = Store(path)
+    with caplog.at_level(logging.WARNING, logger="resourcesync.hub"):
+        assert store.next_delivery(a.id) is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert f"subscription {a.id} (http://a/)" in line and said in line and "ended" in line
+    assert store.subscription("http://t/", "http://a/") is None
+    d = store.next_delivery(b.id)
+    assert d is not None and d.body == b"1"
+    renewed = store.subscribe("http://t/", "http://a/", None, 3600)
+    assert store.publish("http://t/", "<x>", b"2") == sorted([renewed.id, b.id])
+    assert (d := store.next_delivery(renewed.id)) is not None and d.body == b"2"
+    store.close()

@@ -106,6 +106,22 @@ class Delivery:
     expires: float
 
 
+def _unreadable(
+    attempts: object, next_try: object, expires: object, callback: object, secret: object
+) -> str | None:
+    """What of a delivery's stored values is not of its type (None: all are)."""
+    if type(attempts) is not int:
+        return f"attempts ({attempts!r})"
+    for what, value in (("next try", next_try), ("lease end", expires)):
+        if type(value) not in (int, float):
+            return f"{what} ({value!r})"
+    if type(callback) is not str:
+        return f"callback ({callback!r})"
+    if secret is not None and type(secret) is not bytes:
+        return f"secret ({type(secret).__name__})"
+    return None
+
+
 class _Bodies:
     """Payloads read from the file, kept in memory up to `budget` bytes (least recently used
     first out): every delivery of one notification shares one `bytes` object."""
@@ -377,9 +393,23 @@ class Store:
         ).fetchone()
         if row is None:
             return None
-        nid = int(row[1])
+        sub_id, nid, attempts, next_try, topic, link, callback, secret, expires = row
+        bad = _unreadable(attempts, next_try, expires, callback, secret)
+        if bad is not None:
+            # SQLite keeps what a column is given: a value of another type (a hand, a tool,
+            # a disk) would stop this subscription's deliveries for good, with a traceback in
+            # the log at every restart. It ends, said once; its subscriber is told again once
+            # it renews (at the latest when its lease ends), as after a hub's state set aside.
+            log.warning(
+                "hub: subscription %d (%s): its stored %s cannot be read: ended; its "
+                "subscriber is notified again once it renews",
+                subscription_id,
+                callback,
+                bad,
+            )
+            self.end(subscription_id)
+            return None
         body = self._bodies.get(nid, lambda: self._body(nid))
-        sub_id, _, attempts, next_try, topic, link, callback, secret, expires = row
         return Delivery(
             sub_id, nid, attempts, next_try, topic, link, body, callback, secret, expires
         )
