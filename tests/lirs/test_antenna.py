@@ -405,3 +405,40 @@ def test_a_site_cannot_redirect_the_antenna_to_the_machines_own_services(
                 summary = ant.run_round(sites)
             assert (summary.new, summary.failed) == (2, 0), summary
             assert asked
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("UPDATE sites SET last_modified = 'x' WHERE url LIKE '%/lm'", "/lm: its stored last"),
+        ("UPDATE sites SET quiet = 'x' WHERE url LIKE '%/lm'", "/lm: its stored quiet"),
+        ("UPDATE sites SET next_check = 'x' WHERE url LIKE '%/lm'", "/lm: its stored next"),
+        ("UPDATE changes SET at = 'x'", "3 changes of the state that cannot be read"),
+    ],
+    ids=["a site's time", "a site's count", "a site's next check", "a change"],
+)
+def test_a_state_value_of_another_type_is_said_and_taken_afresh(
+    tmp_path: Path, site: tuple[str, Pages], damage: str, said: str
+) -> None:
+    """SQLite keeps what a column is given: a value of another type in the antenna's state
+    (a hand, a tool, a disk) stopped every round with a `TypeError` traceback, or left a site
+    never due again. The site is checked afresh, a record that cannot be read is let go, each
+    said once; the round completes and its outputs are whole."""
+    base, pages = site
+    sites = [Site(f"{base}/{p}") for p in ("lm", "etag", "plain")]
+    clock = Clock()
+    warnings: list[object] = []
+    cfg = config(tmp_path)
+    with Antenna(cfg, clock=clock, on_warning=warnings.append) as ant:
+        ant.run_round(sites)
+        ant.db.execute(damage)
+        clock.now += 600
+        second = ant.run_round(sites)
+        assert second.checked == 3 and second.failed == 0
+        assert [w for w in map(str, warnings) if said in w], warnings
+        recs = records_by_path(Path(cfg.out_dir))
+        assert recs["lm"].last_modified == pages.lm  # dated again by its check
+        warnings.clear()
+        clock.now += 600
+        assert ant.run_round(sites).checked == 3
+        assert not warnings

@@ -502,6 +502,23 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
+#: The number columns of the state, which a round reads as numbers.
+_SITE_NUMBERS = (
+    "last_modified",
+    "last_detected",
+    "content_length",
+    "checked_at",
+    "next_check",
+    "quiet",
+    "failures",
+)
+_RECORD_NUMBERS = {
+    "changes": ("at", "last_modified"),
+    "relayed": ("seq", "lm", "ld", "tz", "cl"),
+    "feeds": ("fetched_at",),
+}
+
+
 class Antenna:
     """The antenna's state and rounds. Use as a context manager (it holds a SQLite file)."""
 
@@ -550,6 +567,7 @@ class Antenna:
         now = int(self._clock())
         summary = RoundSummary(started=now, sites=len(sites))
         db = self.db
+        self._heal()
         if db.execute("SELECT value FROM meta WHERE key = 'first_run'").fetchone() is None:
             db.execute("INSERT INTO meta VALUES ('first_run', ?)", (str(now),))
         summary.removed = self._sync_sites(sites, now)
@@ -577,6 +595,37 @@ class Antenna:
         summary.relayed, summary.records = AntennaOutput(self.config, self.db, self.out).write(now)
         summary.files = [LIRS_FILE, RESOURCELIST_FILE, CHANGELIST_FILE, HTML_FILE]
         return summary
+
+    def _heal(self) -> None:
+        """Values of the state that are not of their column's type (SQLite keeps what a
+        column is given: a hand, a tool, a disk): a round stopped on them with a traceback, or
+        left a site never due again. A site's is taken afresh (as at its first check, due
+        now); a change or a relayed record that cannot be read is let go. Each said once."""
+        db = self.db
+        for column in _SITE_NUMBERS:
+            rows = db.execute(
+                f"SELECT url, {column} FROM sites WHERE typeof({column}) != 'integer'"
+            ).fetchall()
+            for url, value in rows:
+                self._warn(
+                    f"{url}: its stored {column.replace('_', ' ')} ({value!r}) cannot be read: "
+                    "checked afresh"
+                )
+            if rows:
+                db.execute(
+                    # Asked again without its validators: its times come back as answered.
+                    f"UPDATE sites SET {column} = 0, next_check = 0, etag = NULL, "
+                    f"lm_header = NULL WHERE typeof({column}) != 'integer'"
+                )
+        for table, columns in _RECORD_NUMBERS.items():
+            bad = " OR ".join(f"typeof({c}) != 'integer'" for c in columns)
+            gone = db.execute(f"DELETE FROM {table} WHERE {bad}").rowcount
+            if gone:
+                what = "change" if table == "changes" else "relayed record"
+                self._warn(
+                    f"{gone} {what}{'s' if gone > 1 else ''} of the state that cannot be read "
+                    "let go"
+                )
 
     def _sync_sites(self, sites: list[Site], now: int) -> int:
         db = self.db
