@@ -376,3 +376,31 @@ def test_a_repair_does_not_take_another_uris_file_for_a_stray(tmp_path: Path) ->
         cli("sync", src.base + "/", dest, "--repair", "--delete")
         assert tree(dest) == {"dir/index.html": page}
         assert cli("audit", src.base + "/", dest).exit_code == 0
+
+
+def test_a_copys_bookkeeping_time_that_cannot_be_read_starts_again_from_now(
+    tmp_path: Path,
+) -> None:
+    """When the copy was last compared with a Resource List (for `--reconcile-every`), kept
+    as text and damaged: a `ValueError` traceback from every sync before. It is the copy's own
+    bookkeeping: the clock starts again from now, and the sync goes on."""
+    dest = tmp_path / "copy"
+    with published_source(tmp_path, FILES) as src:
+        assert cli("sync", src.root, dest).exit_code == 0
+        assert cli("sync", src.root, dest).exit_code == 0
+        db = sqlite3.connect(dest / STATE / "state.sqlite")
+        with db:
+            damaged = db.execute(
+                "UPDATE meta SET value = 'soon' WHERE key LIKE 'reconciled:%'"
+            ).rowcount
+        db.close()
+        assert damaged == 1
+        (src.data / "d" / "f07.txt").write_bytes(b"changed\n")
+        src.publish()
+        r = cli("sync", src.root, dest)
+        assert r.exit_code == 0, r.stderr
+        assert tree(dest) == tree(src.data)
+        db = sqlite3.connect(dest / STATE / "state.sqlite")
+        (value,) = db.execute("SELECT value FROM meta WHERE key LIKE 'reconciled:%'").fetchone()
+        db.close()
+        assert float(value) > 0

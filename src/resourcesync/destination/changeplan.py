@@ -37,7 +37,7 @@ from .plan import (
     unknown_change,
 )
 from .report import SetReport
-from .state import Cursor, changed_column, keep_links
+from .state import Cursor, changed_column, keep_links, seconds_kept
 
 __all__ = [
     "BEHIND",
@@ -75,10 +75,7 @@ class ChangePlanner:
         notifications' as any zone is."""
         kept = self.run.state.get(ZONELESS + key)
         if kept is not None:
-            try:
-                slack = float(kept)
-            except ValueError:
-                slack = 0.0
+            slack = seconds_kept(kept) or 0.0
             # ("1": kept by a resourcesync that knew of times without a zone only.)
             name = s.url("resourcelist") or s.url("changelist") or key
             self.planner.loose(name, slack if slack > 1 else ZONE_SPAN)
@@ -159,16 +156,18 @@ class ChangePlanner:
         if notified and from_lists and write:
             state.drop(NOTIFIED + key)
             notified = False
-        first = state.get(BEHIND + key)
+        kept = state.get(BEHIND + key)
         if not behind or notified:
-            if first is not None and write:
+            if kept is not None and write:
                 state.drop(BEHIND + key)
             return None
+        first = seconds_kept(kept)
         if first is None:
+            # Not behind before, or a value that cannot be read: behind from now.
             if write:
                 state.put(BEHIND + key, repr(time.time()))
             return time.time()
-        return float(first)
+        return first
 
     def entries(self, lists: list[str], report: SetReport) -> Iterator[Resource]:
         def warn(reader: DocumentReader) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import sqlite3
 import unicodedata
@@ -45,6 +46,7 @@ __all__ = [
     "known_of",
     "links_column",
     "path_key",
+    "seconds_kept",
 ]
 
 _SCHEMA = """
@@ -141,6 +143,18 @@ def expected_column(column: str, uri: str) -> dict[str, Any]:
             f"the state holds what a failed fetch expected of {uri} that cannot be read ({exc})"
         ) from None
     return expected
+
+
+def seconds_kept(text: str | None) -> float | None:
+    """A number of seconds a state keeps as text (a time, a span), None when there is none or
+    it cannot be read: such marks are the copy's own bookkeeping, started again from now."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def located(exc: StateDamaged, where: str, remedy: str | None = None) -> StateDamaged:

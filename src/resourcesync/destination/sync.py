@@ -61,6 +61,7 @@ from .state import (
     StateError,
     expected_resource,
     path_key,
+    seconds_kept,
     unreadable_values,
 )
 from .transfer import Transfer
@@ -334,12 +335,13 @@ class _Syncer:
         compared = self.state.baseline_at(key)
         if every <= 0 or url is None or compared is None or self.options.since is not None:
             return None
-        looked = self.state.get(RECONCILED + key)
+        looked = seconds_kept(self.state.get(RECONCILED + key))
         now = time.time()
         if looked is None:
+            # Never remembered, or a value that cannot be read: the clock starts now.
             self._remember_compared(key, now)
             return None
-        if now - float(looked) < every:
+        if now - looked < every:
             return None
         try:
             with open_document(url, client=self.run.client) as reader:
