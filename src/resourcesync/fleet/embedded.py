@@ -61,7 +61,7 @@ class Embedded:
 
     def _job(self, row: Row) -> Outcome | None:
         if row.damaged is not None:
-            # Its registration cannot be read whole: synced as something else it is not.
+            # Its registration cannot be read whole: never synced as something else.
             return Outcome(time.time(), 0.0, False, "", row.damaged)
         with self.store.lock(row.name) as mine:
             if not mine:

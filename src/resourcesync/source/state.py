@@ -163,8 +163,6 @@ class ArchiveRow:
     extra: str | None
 
 
-#: What mends a Source's damaged state (said with the error): its history cannot be read
-#: back, so it starts again, and says so to its Destinations as a gap.
 #: The marks of `meta` that are times, and those that are counts or sequence numbers.
 _TIME_MARKS = frozenset({"baselined", "last_datetime", "cd_until", "cd_from", "cn_from"})
 _COUNT_MARKS = frozenset(
@@ -179,6 +177,8 @@ _COUNT_MARKS = frozenset(
     }
 )
 
+#: What mends a Source's damaged state (said with the error): its history cannot be read
+#: back, so it starts again, and says so to its Destinations as a gap.
 RESTART = (
     "set it aside (rename it) and publish again: a new Resource List, and Change Lists from "
     "then on (a Destination that synced before finds the gap and runs its baseline)"
