@@ -11,9 +11,9 @@ import click
 
 from ..destination.audit import STATE_FILE
 from ..destination.mirror import STATE_DIR_NAME
-from ..destination.state import DestinationState, Known
+from ..destination.state import DestinationState, Known, time_kept
 from ..iri import display_iri
-from ..w3cdt import format_w3c, parse_w3c
+from ..w3cdt import format_w3c
 from ._common import EXIT_FINDINGS, emit_json, fail, handle_errors
 
 
@@ -87,9 +87,5 @@ def ls(dest: Path, uris: tuple[str, ...], as_json: bool) -> None:
 def _changed(text: str | None) -> str | None:
     """When the copy recorded the resource's change, as W3C; a value the state holds that
     cannot be read is shown as it is (`ls` shows the state, it does not mend it)."""
-    if not text:
-        return None
-    try:
-        return format_w3c(parse_w3c(text))
-    except ValueError:
-        return text
+    when = time_kept(text)
+    return format_w3c(when) if when is not None else text or None

@@ -16,14 +16,13 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Collection
-from datetime import datetime
 
 from ..jsonable import link_from_json
 from ..model import Resource
-from ..w3cdt import parse_w3c
 from .mirror import MODIFY_WINDOW, UnsafePath
 from .plan import Plan, Planner
 from .report import SetReport
+from .state import time_kept
 
 __all__ = ["check_held"]
 
@@ -75,7 +74,7 @@ def _intact(planner: Planner, uri: str, length: int | None, lastmod: str | None)
     known = planner.run.state.known(uri)
     if known is None:
         return True  # no longer held: nothing to look at
-    res = Resource(loc=uri, length=length, hashes=known.hashes, lastmod=_recorded(lastmod))
+    res = Resource(loc=uri, length=length, hashes=known.hashes, lastmod=time_kept(lastmod))
     try:
         return planner.intact(uri, planner.run.mirror.location(uri), known, res)
     except UnsafePath:
@@ -97,7 +96,7 @@ def _fetch_again(
         loc=uri,
         length=known.length,
         hashes=known.hashes,
-        lastmod=_recorded(lastmod),
+        lastmod=time_kept(lastmod),
         links=[link_from_json(d) for d in known.links],
     )
     try:
@@ -109,15 +108,3 @@ def _fetch_again(
         plan.add(uri, "refused", res)  # remembered: not ok until it can be taken
         return
     plan.add(uri, "fetch", res, held=True)
-
-
-def _recorded(lastmod: str | None) -> datetime | None:
-    """The time the copy recorded for a file; None when none, or when it cannot be read (a
-    damaged state: the file is then compared by its digest, and its record made again when
-    it is fetched)."""
-    if not lastmod:
-        return None
-    try:
-        return parse_w3c(lastmod)
-    except ValueError:
-        return None

@@ -47,6 +47,7 @@ __all__ = [
     "links_column",
     "path_key",
     "seconds_kept",
+    "time_kept",
 ]
 
 _SCHEMA = """
@@ -143,6 +144,17 @@ def expected_column(column: str, uri: str) -> dict[str, Any]:
             f"the state holds what a failed fetch expected of {uri} that cannot be read ({exc})"
         ) from None
     return expected
+
+
+def time_kept(text: str | None) -> datetime | None:
+    """A time a state keeps as W3C text where an unreadable one means no time (a held file's:
+    the file then goes to its digest, and its record is made again when it is fetched)."""
+    if not text:
+        return None
+    try:
+        return parse_w3c(text)
+    except ValueError:
+        return None
 
 
 def seconds_kept(text: str | None) -> float | None:

@@ -43,10 +43,11 @@ from ..destination.state import (
     path_key,
     reading,
     resource_row,
+    time_kept,
 )
 from ..errors import StateDamaged
 from ..model import Link
-from ..w3cdt import format_w3c, parse_w3c
+from ..w3cdt import format_w3c
 
 if TYPE_CHECKING:
     from .store import SQLStore
@@ -172,18 +173,6 @@ def _resource_row(name: str, row: Sequence[Any]) -> tuple[Any, ...]:
     columns = resource_row(row)
     # resource_row gives the path where SQLite computes its key: here it is computed in Python.
     return (name, *columns[:8], path_key(columns[8]), *columns[9:])
-
-
-def _stamp(lastmod: str | None) -> float | None:
-    """A held resource's recorded time as a POSIX timestamp; None when there is none or it
-    cannot be read (as SQLite's `julianday` gives the local state: such a file is compared
-    by its digest, and its record made again when it is fetched)."""
-    if not lastmod:
-        return None
-    try:
-        return parse_w3c(lastmod).timestamp()
-    except ValueError:
-        return None
 
 
 class StoreCopyState:
@@ -350,7 +339,9 @@ class StoreCopyState:
             "AND set_key = ? AND uri > ? ORDER BY uri LIMIT ?",
             (self.name, set_key),
         ):
-            yield uri, path, length, lastmod, _stamp(lastmod)
+            # As SQLite's `julianday` makes it in a copy's own state: no time when unreadable.
+            when = time_kept(lastmod)
+            yield uri, path, length, lastmod, when.timestamp() if when else None
 
     def count(self, set_key: str | None = None) -> int:
         sql = "SELECT count(*) FROM fleet_copy_resource WHERE copy_name = ?"
