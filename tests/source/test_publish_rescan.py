@@ -158,7 +158,12 @@ def test_change_lists_from_the_kept_entries_are_the_ones_the_journal_gives(tmp_p
 
 
 def listing_row(state: SetState, prefix: str) -> tuple[bytes, bytes | None]:
-    row = state.db.execute("SELECT files, delta FROM dirs WHERE path = ?", (prefix,)).fetchone()
+    """A directory's listing and its delta (kept apart from it)."""
+    row = state.db.execute(
+        "SELECT d.files, x.delta FROM dirs AS d LEFT JOIN dir_deltas AS x ON x.path = d.path "
+        "WHERE d.path = ?",
+        (prefix,),
+    ).fetchone()
     return row[0], row[1]
 
 
@@ -190,7 +195,9 @@ def test_a_few_changes_are_kept_as_the_listings_delta_until_it_grows(tmp_path: P
             files, delta = listing_row(state, "d/")
             written_whole = [s for s in statements if s.startswith("INSERT OR REPLACE INTO dirs")]
             if delta is not None:
-                assert files == whole and not written_whole, run
+                # The listing's row not written at all: SQLite would write it whole again.
+                touched = [s for s in statements if re.match(r"(UPDATE|INSERT.*INTO) dirs ", s)]
+                assert files == whole and not touched, (run, touched)
                 sizes.append(len(delta))
             else:
                 # Written whole once the delta would pass an eighth of the listing.
@@ -228,6 +235,8 @@ def test_a_delta_over_a_listing_named_another_way_is_dropped_once(tmp_path: Path
         assert delta is not None
         _, grown = marshal.loads(delta)
         old_id = hashlib.blake2b(whole, digest_size=8).digest()
+        # As that resourcesync kept it: in the listing's row.
+        state.db.execute("DELETE FROM dir_deltas")
         state.db.execute(
             "UPDATE dirs SET delta = ? WHERE path = 'd/'", (marshal.dumps((old_id, grown)),)
         )
@@ -257,7 +266,16 @@ DAMAGES: dict[str, tuple[str, object]] = {
     "an entry of another shape": ("files", {"f001.txt": [1, 2]}),
     "sub-directories": ("subdirs", b"\x00"),
     "a delta of another shape": ("delta", (1, 2, 3)),
+    "a delta kept apart, of another shape": ("dir_deltas.delta", (1, 2, 3)),
+    "a delta kept apart, its bytes": ("dir_deltas.delta", b"\xde\xad"),
 }
+
+
+def damage_listing(state: SetState, column: str, bad: bytes) -> None:
+    if column.startswith("dir_deltas."):
+        state.db.execute("INSERT OR REPLACE INTO dir_deltas (path, delta) VALUES ('d/', ?)", (bad,))
+    else:
+        state.db.execute(f"UPDATE dirs SET {column} = ? WHERE path = 'd/'", (bad,))
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
@@ -285,7 +303,7 @@ def test_a_damaged_listing_costs_a_whole_comparison_never_a_wrong_snapshot(
             bad = files[: len(files) // 2]
         elif not isinstance(bad, bytes):
             bad = marshal.dumps(bad)
-        state.db.execute(f"UPDATE dirs SET {column} = ? WHERE path = 'd/'", (bad,))
+        damage_listing(state, column, bad)
         (data / "d" / "f001.txt").write_text("changed too")
         (data / "d" / "f002.txt").unlink()
         (data / "d" / "new.txt").write_text("new")
@@ -297,7 +315,7 @@ def test_a_damaged_listing_costs_a_whole_comparison_never_a_wrong_snapshot(
         assert (again.rehashed, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
         assert not again.problems
         # Resources marked dirty in a damaged listing are read again by the next scan.
-        state.db.execute(f"UPDATE dirs SET {column} = ? WHERE path = 'd/'", (bad,))
+        damage_listing(state, column, bad)
         state.mark_dirty(["d/f003.txt"])
         marked = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
         assert (marked.rehashed, marked.updated) == (1, 1)
@@ -374,4 +392,110 @@ def test_a_state_from_before_deltas_gains_them(tmp_path: Path) -> None:
         result = rescan(state, data)
         assert (result.updated, result.rehashed, result.unchanged) == (1, 1, 39)
         assert listing_row(state, "")[1] is not None
+        assert snapshot(state) == fresh(tmp_path, data)
+
+
+def first_delta(state: SetState, data: Path) -> bytes:
+    """A first scan, then one with f01.txt changed: the delta it keeps."""
+    rescan(state, data)
+    (data / "f01.txt").write_text("changed")
+    rescan(state, data)
+    _, delta = listing_row(state, "")
+    assert delta is not None
+    return delta
+
+
+def traced_rescan(state: SetState, data: Path) -> tuple[ScanResult, list[str]]:
+    """A re-run, and the statements it gave SQLite."""
+    statements: list[str] = []
+    state.db.set_trace_callback(statements.append)
+    try:
+        return rescan(state, data), statements
+    finally:
+        state.db.set_trace_callback(None)
+
+
+def test_a_delta_kept_in_the_listings_row_is_applied_and_moved_apart(tmp_path: Path) -> None:
+    """A delta a resourcesync from before `dir_deltas` kept in the listing's row is applied
+    (the files it holds are not looked up again), and the next delta written takes it in: the
+    listing's row is left without it."""
+    import marshal
+
+    data = forty_files(tmp_path)
+    with SetState(tmp_path / "state.sqlite") as state:
+        delta = first_delta(state, data)
+        state.db.execute("DELETE FROM dir_deltas")
+        state.db.execute("UPDATE dirs SET delta = ? WHERE path = ''", (delta,))
+        (data / "f02.txt").write_text("changed too")
+        result, statements = traced_rescan(state, data)
+        assert (result.rehashed, result.updated, result.unchanged) == (1, 1, 39)
+        looked_up = [s for s in statements if "FROM resources WHERE key IN" in s]
+        assert len(looked_up) == 1 and "f01.txt" not in looked_up[0], looked_up
+        row = state.db.execute("SELECT delta FROM dirs WHERE path = ''").fetchone()
+        assert row[0] is None
+        _, apart = listing_row(state, "")
+        assert apart is not None and set(marshal.loads(apart)[1]) == {"f01.txt", "f02.txt"}
+        assert snapshot(state) == fresh(tmp_path, data)
+        again = rescan(state, data)
+        assert (again.rehashed, again.updated, again.unchanged) == (0, 0, 40)
+
+
+def test_a_delta_in_the_listings_row_is_the_later_of_two(tmp_path: Path) -> None:
+    """Both deltas present: the one in the listing's row was written by a resourcesync from
+    before `dir_deltas` that ran after this one (it read no delta kept apart), so it is
+    applied last: a file it recorded is not taken for changed."""
+    data = forty_files(tmp_path)
+    with SetState(tmp_path / "state.sqlite") as state:
+        earlier = first_delta(state, data)
+        (data / "f01.txt").write_text("changed again")
+        rescan(state, data)  # as the older resourcesync recorded it
+        _, later = listing_row(state, "")
+        state.db.execute("UPDATE dirs SET delta = ? WHERE path = ''", (later,))
+        state.db.execute("UPDATE dir_deltas SET delta = ? WHERE path = ''", (earlier,))
+        result, statements = traced_rescan(state, data)
+        assert (result.rehashed, result.updated, result.unchanged) == (0, 0, 40)
+        assert not [s for s in statements if "FROM resources WHERE key IN" in s]
+
+
+def test_a_dirty_mark_is_written_into_the_listing_itself(tmp_path: Path) -> None:
+    """`mark_dirty` writes the directory's listing whole, with the mark and any delta folded
+    in: a resourcesync from before `dir_deltas`, which reads the listing's row alone, reads
+    the file again too."""
+    import marshal
+
+    data = forty_files(tmp_path)
+    with SetState(tmp_path / "state.sqlite") as state:
+        delta = first_delta(state, data)
+        state.mark_dirty(["f05.txt"])
+        files, apart = listing_row(state, "")
+        assert apart is None
+        listing = marshal.loads(files)
+        assert listing["f05.txt"] is None
+        assert listing["f01.txt"] == marshal.loads(delta)[1]["f01.txt"]
+        result = rescan(state, data)
+        assert (result.rehashed, result.updated, result.unchanged) == (1, 1, 39)
+
+
+def test_a_few_changes_in_a_large_directory_write_a_few_pages(tmp_path: Path) -> None:
+    """What a re-run writes follows what changed: three files changed in a directory of
+    5,000 write their rows, their journal entries and a small delta, not the directory's
+    listing again (SQLite writes a row whole, overflow pages and all, when its size changes:
+    a delta kept in the listing's row did)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(5000):
+        (data / f"f{i:04d}.txt").write_text(f"file {i}")
+    wal = tmp_path / "state.sqlite-wal"
+    with SetState(tmp_path / "state.sqlite") as state:
+        rescan(state, data)
+        listing, _ = listing_row(state, "")
+        for run in range(3):
+            for i in (run, 1000 + run, 4000 + run):
+                (data / f"f{i:04d}.txt").write_text(f"changed in run {run}")
+            state.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            assert wal.stat().st_size == 0
+            result = rescan(state, data)
+            assert result.updated == 3
+            written = wal.stat().st_size
+            assert written < len(listing) / 4, (run, written, len(listing))
         assert snapshot(state) == fresh(tmp_path, data)

@@ -6,7 +6,10 @@ again (racy, dirty), and its sub-directories. One row of the state's `dirs` tabl
 `marshal`led. A re-run that finds a few changes in a directory keeps them as the listing's
 delta instead of writing the listing again (after 1 % of 200,000 files changed, 200 listings
 were 11 MB to write and checkpoint); the listing is written whole when its delta passes an
-eighth of it.
+eighth of it. The delta is a row of its own (`dir_deltas`): SQLite writes a row again whole,
+its overflow pages included, whenever its size changes, so a delta kept in the listing's row
+cost every changed directory its whole listing read back and written again (the 11 MB the
+delta was to spare: 69 MB written in all for 2,000 changes among 200,000 files).
 
 Ground floor of the Source's state: imports only the inventory's types.
 """
@@ -26,8 +29,9 @@ __all__ = ["Cached", "Delta", "Listing", "ListingDamaged", "Listings", "stat_of"
 Listing = dict[str, Stat | None]
 #: Names changed since the listing was written whole: their stat, None, or `_GONE`.
 Delta = dict[str, Stat | bool | None]
-#: A `dirs` row as read: the listing's bytes, its sub-directories' bytes, its delta's bytes.
-Cached = tuple[bytes, bytes, bytes | None]
+#: A directory's listing as read: its bytes, its sub-directories' bytes, a delta kept in the
+#: listing's row (by a resourcesync from before `dir_deltas`), the delta kept apart.
+Cached = tuple[bytes, bytes, bytes | None, bytes | None]
 
 #: A name gone from a directory, in a listing's delta.
 _GONE = False
@@ -83,24 +87,32 @@ def _loads(blob: bytes, kind: type, prefix: str) -> Any:
 def _applied(cached: Cached | None, prefix: str = "") -> tuple[Listing, Delta | None]:
     """A directory's listing as the last scan left it, and the delta applied to it (None:
     none). A delta applies to the listing it was written over only (a digest of its bytes): a
-    listing written whole again by a resourcesync that kept no deltas drops it."""
+    listing written whole again by a resourcesync that kept no deltas drops it. A delta in the
+    listing's row was written by a resourcesync from before `dir_deltas`, after the one kept
+    apart (which it did not read): it is the later of the two, applied last."""
     if cached is None:
         return {}, None
     files: Listing = _loads(cached[0], dict, prefix)
-    if cached[2] is None:
+    if cached[2] is None and cached[3] is None:
         return files, None
-    applied = _loads(cached[2], tuple, prefix)
-    if len(applied) != 2 or type(applied[1]) is not dict:
-        raise ListingDamaged(prefix, "a delta of another shape")
-    over, delta = applied
-    if over != _listing_id(cached[0]):
-        return files, None
-    for name, st in delta.items():
-        if st is False:  # _GONE
-            files.pop(name, None)
-        else:
-            files[name] = st
-    return files, delta
+    over_id = _listing_id(cached[0])
+    applied: Delta | None = None
+    for blob in (cached[3], cached[2]):
+        if blob is None:
+            continue
+        kept = _loads(blob, tuple, prefix)
+        if len(kept) != 2 or type(kept[1]) is not dict:
+            raise ListingDamaged(prefix, "a delta of another shape")
+        over, delta = kept
+        if over != over_id:
+            continue
+        for name, st in delta.items():
+            if st is False:  # _GONE
+                files.pop(name, None)
+            else:
+                files[name] = st
+        applied = delta if applied is None else {**applied, **delta}
+    return files, applied
 
 
 class Listings:
@@ -113,7 +125,9 @@ class Listings:
         """The row of the directory `prefix` (None when none is kept), its files with the
         delta applied, the delta, and its sub-directories."""
         cached: Cached | None = self.db.execute(
-            "SELECT files, subdirs, delta FROM dirs WHERE path = ?", (prefix,)
+            "SELECT d.files, d.subdirs, d.delta, x.delta FROM dirs AS d "
+            "LEFT JOIN dir_deltas AS x ON x.path = d.path WHERE d.path = ?",
+            (prefix,),
         ).fetchone()
         files, delta = _applied(cached, prefix)
         subdirs: list[str] = _loads(cached[1], list, prefix) if cached else []
@@ -127,31 +141,39 @@ class Listings:
         files: Listing,
         differ: Iterable[str],
         subdirs: list[str] | None,
+        *,
+        whole: bool = False,
     ) -> None:
         """Keep the listing `files` of the directory `prefix`, of which the names `differ`
         changed since the row `cached` (with its `delta` applied) was read. A few changes are
         written as the listing's delta; the listing is written whole when the delta grows past
-        an eighth of it. `subdirs` None: unchanged."""
-        if cached is not None:
+        an eighth of it, or when `whole`. `subdirs` None: unchanged."""
+        if cached is not None and not whole:
             grown = dict(delta) if delta else {}
             for name in differ:
                 grown[name] = files.get(name, _GONE)
             if len(grown) <= max(_DELTA_MIN, len(files) // 8):
                 blob = marshal.dumps((_listing_id(cached[0]), grown))
-                if subdirs is None:
-                    self.db.execute("UPDATE dirs SET delta = ? WHERE path = ?", (blob, prefix))
-                else:
+                self.db.execute(
+                    "INSERT OR REPLACE INTO dir_deltas (path, delta) VALUES (?, ?)", (prefix, blob)
+                )
+                # The listing's row is written only when what it holds changes: its
+                # sub-directories, or a delta of before `dir_deltas`, now folded into this one.
+                if subdirs is not None:
                     self.db.execute(
-                        "UPDATE dirs SET delta = ?, subdirs = ? WHERE path = ?",
-                        (blob, marshal.dumps(subdirs), prefix),
+                        "UPDATE dirs SET subdirs = ?, delta = NULL WHERE path = ?",
+                        (marshal.dumps(subdirs), prefix),
                     )
+                elif cached[2] is not None:
+                    self.db.execute("UPDATE dirs SET delta = NULL WHERE path = ?", (prefix,))
                 return
-            if subdirs is None:
-                subdirs = marshal.loads(cached[1])
+        if subdirs is None:
+            subdirs = _loads(cached[1], list, prefix) if cached is not None else []
         self.db.execute(
             "INSERT OR REPLACE INTO dirs (path, files, subdirs, delta) VALUES (?, ?, ?, NULL)",
-            (prefix, marshal.dumps(files), marshal.dumps(subdirs or [])),
+            (prefix, marshal.dumps(files), marshal.dumps(subdirs)),
         )
+        self.db.execute("DELETE FROM dir_deltas WHERE path = ?", (prefix,))
 
     def set_subdirs(self, prefix: str, subdirs: list[str]) -> None:
         self.db.execute(
@@ -176,9 +198,11 @@ class Listings:
         """Forget the listings of a directory (`prefix`, ending in "/") and all below it."""
         end = prefix[:-1] + chr(ord("/") + 1)
         self.db.execute("DELETE FROM dirs WHERE path >= ? AND path < ?", (prefix, end))
+        self.db.execute("DELETE FROM dir_deltas WHERE path >= ? AND path < ?", (prefix, end))
 
     def forget(self) -> None:
         self.db.execute("DELETE FROM dirs")
+        self.db.execute("DELETE FROM dir_deltas")
 
     def rebuild(self, rows: Iterator[tuple[str, str, str]]) -> None:
         """Every listing again, from (directory prefix, key, fingerprint) rows grouped by
@@ -222,10 +246,12 @@ class Listings:
             )
 
     def mark(self, key: str) -> None:
-        """The file `key` is to be compared again by the next scan, whatever its stat."""
+        """The file `key` is to be compared again by the next scan, whatever its stat. The
+        listing is written whole with the mark: a resourcesync from before `dir_deltas`, which
+        reads no delta kept apart, sees the mark too."""
         head, _, name = key.rpartition("/")
         prefix = head + "/" if head else ""
         cached, files, delta, _ = self.read(prefix)
         if name in files:
             files[name] = None
-            self.store(prefix, cached, delta, files, (name,), None)
+            self.store(prefix, cached, delta, files, (name,), None, whole=True)

@@ -113,12 +113,10 @@ class Scan:
         result.baseline = self.state.get("baselined") is None
         snapshot = sqlite3.connect(self.state.path, timeout=30, isolation_level=None)
         try:
-            self.db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
+            self._begin()
+        except StateError:
             snapshot.close()
-            raise StateError(
-                f"the state is in use by another run ({exc})", source=str(self.state.path)
-            ) from None
+            raise
         # The journal's last change before this run: this run's come after it (the journal
         # is looked at from there, never scanned whole: it holds the Source's whole history).
         self._run_floor = self.state.max_seq()
@@ -140,14 +138,17 @@ class Scan:
                 if result.baseline:
                     self._forget_listings()
                     only = None
-                self.db.execute("SAVEPOINT listings")
                 try:
                     self._scan_tree(inventory, algorithms, result, progress, only)
                 except ListingDamaged as exc:
                     # The listings are the state's own shortcut: a damaged one costs this run
                     # a whole comparison with the snapshot (which lists every file, so a file
-                    # gone is still found gone), never a wrong Resource List.
-                    self.db.execute("ROLLBACK TO listings")
+                    # gone is still found gone), never a wrong Resource List. What the scan
+                    # wrote is undone with the transaction, begun again: a savepoint would have
+                    # SQLite copy every page the scan changes aside first, on every run (a
+                    # temporary file of 22 MB after 2,000 changes among 200,000 files).
+                    self.db.execute("ROLLBACK")
+                    self._begin()
                     result = ScanResult(
                         run=result.run, started=started, completed=started, baseline=result.baseline
                     )
@@ -158,7 +159,6 @@ class Scan:
                         f"the state's listing of {exc}: the tree compared whole with the "
                         "snapshot, the listings made again"
                     )
-                self.db.execute("RELEASE listings")
                 self.state.put("dirs_for", signature)
             else:
                 self._merge(old_rows, inventory, algorithms, result, progress, uris_stable)
@@ -205,6 +205,15 @@ class Scan:
         finally:
             snapshot.close()
         return result
+
+    def _begin(self) -> None:
+        """The run's write transaction (the state's writers wait for each other 30 s)."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StateError(
+                f"the state is in use by another run ({exc})", source=str(self.state.path)
+            ) from None
 
     def _merge(
         self,
@@ -352,7 +361,8 @@ class Scan:
                 self._delete_tree(j, prefix + name + "/")
             subdirs.sort()
             if cached is None or differ:
-                listings.store(prefix, cached, delta, kept, differ, subdirs)
+                same = cached is not None and subdirs == old_subdirs
+                listings.store(prefix, cached, delta, kept, differ, None if same else subdirs)
             elif subdirs != old_subdirs:
                 listings.set_subdirs(prefix, subdirs)
             known = set(old_subdirs)
@@ -448,8 +458,13 @@ class Journal:
             self.deletes.clear()
         if self.upserts:
             self.db.executemany(
-                "INSERT OR REPLACE INTO resources (key, uri, fingerprint, lastmod, length, "
-                "type, hashes, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                # An upsert, not INSERT OR REPLACE (a delete and an insert): the row is
+                # written over in its page, a fifth fewer pages written after 1 % changed.
+                "INSERT INTO resources (key, uri, fingerprint, lastmod, length, "
+                "type, hashes, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
+                "SET uri = excluded.uri, fingerprint = excluded.fingerprint, "
+                "lastmod = excluded.lastmod, length = excluded.length, type = excluded.type, "
+                "hashes = excluded.hashes, xml = excluded.xml",
                 self.upserts,
             )
             self.upserts.clear()
