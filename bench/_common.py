@@ -45,10 +45,12 @@ def tree(n: int) -> Path:
     return root
 
 
-def one_percent(root: Path, n: int, mark: str) -> int:
-    """Append to every hundredth file; returns how many."""
+def one_percent(root: Path, n: int, mark: str, round_: int = 0) -> int:
+    """Append to every hundredth file, other files each round (as a Source's changes come:
+    the same files again each round would keep a directory's delta the size it was, which
+    SQLite writes over in place, and hide what a growing one costs); returns how many."""
     count = 0
-    for i in range(0, n, 100):
+    for i in range(round_ % 100, n, 100):
         p = root / f"d{i // 1000:03d}" / f"f{i:06d}.txt"
         with open(p, "ab") as f:
             f.write(mark.encode())

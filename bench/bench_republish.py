@@ -58,7 +58,7 @@ def main() -> int:
         reruns = []
         io: list[tuple[int, int]] = []
         for r in range(args.rounds):
-            changed = one_percent(root, n, f" changed {r}")
+            changed = one_percent(root, n, f" changed {r}", r)
             # As between two cron runs: the changed files are older than the 2 s within which
             # a file counts as racily clean (read again by the next run too).
             time.sleep(2.1)
