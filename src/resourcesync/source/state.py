@@ -208,7 +208,8 @@ class SetState:
             self.db.execute("ALTER TABLE changes ADD COLUMN xml BLOB")
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(dirs)")}
         if "delta" not in columns:
-            # A listing's changes since it was last written whole (see source/listings.py).
+            # Where a resourcesync from before `dir_deltas` kept a listing's changes since it
+            # was last written whole; read, and emptied once taken in (source/listings.py).
             self.db.execute("ALTER TABLE dirs ADD COLUMN delta BLOB")
 
     def close(self) -> None:
