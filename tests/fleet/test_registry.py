@@ -230,9 +230,19 @@ def test_a_registry_value_of_another_type_is_said_never_taken_for_another(
     doc = json.loads(shown.stdout)
     a_status = next(s for s in doc["sources"] if s["name"] == "a")
     assert a_status["ok"] is False and said in a_status["error"]
+    unknown = {"every": "every", "failures": "failures"}.get(column)
+    if unknown is not None:
+        assert a_status[unknown] is None, a_status
+    assert a_status["every"] in (3600, None) and a_status["next_run"] is not None
     listed = cli("fleet", "list", "--root", tmp_path)
     assert listed.exit_code == 0 and said in listed.stderr
-    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == ["a", "b"]
+    lines = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert [line[0] for line in lines] == ["a", "b"]
+    # A value that cannot be read is shown as unknown, never as the stand-in the row carries.
+    shown_as = {"every": (2, "?"), "apply_delete": (4, "?")}.get(column)
+    if shown_as is not None:
+        assert lines[0][shown_as[0]] == shown_as[1], lines[0]
+    assert "?" not in lines[1] and lines[0][2] in ("3600", "?"), lines
 
 
 @pytest.mark.parametrize(

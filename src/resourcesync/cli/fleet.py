@@ -212,7 +212,7 @@ def remove(name: str, root: Path, db: str | None) -> None:
 @handle_errors
 def list_(root: Path, db: str | None) -> None:
     """The registered Sources: NAME, SOURCE, every (seconds), via, delete, follow —
-    tab-separated.
+    tab-separated ("?" for a value the store holds that cannot be read, with a warning).
 
     \b
     Example:
@@ -221,8 +221,11 @@ def list_(root: Path, db: str | None) -> None:
     with _store(root, db) as store:
         for row in store.rows():
             e = row.entry
-            flags = f"{'delete' if e.delete else '-'}\t{'follow' if e.follow else '-'}"
-            click.echo(f"{e.name}\t{e.source}\t{e.every:g}\t{e.via}\t{flags}")
+            unknown = row.unreadable
+            every = "?" if "every" in unknown else f"{e.every:g}"
+            delete = "?" if "apply_delete" in unknown else "delete" if e.delete else "-"
+            follow = "?" if "follow" in unknown else "follow" if e.follow else "-"
+            click.echo(f"{e.name}\t{e.source}\t{every}\t{e.via}\t{delete}\t{follow}")
             if row.damaged is not None:
                 click.echo(f"warning: {row.damaged}", err=True)
 
@@ -656,7 +659,7 @@ def _table(rows: Iterator[Row], now: float) -> Any:
             str(s["deleted"]),
             str(s["failed"]),
             "due" if s["due"] else "in " + age(row.next_run - now),
-            str(s["failures"]) if s["failures"] else "",
+            "?" if s["failures"] is None else str(s["failures"]) if s["failures"] else "",
             s["error"] or "",
         )
     # A pipe or a file gets the whole table, not one folded to 80 columns.

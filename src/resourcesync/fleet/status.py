@@ -50,6 +50,11 @@ def entry_status(row: Row, now: float) -> dict[str, Any]:
         "lag": None if row.last_ok is None else round(max(now - row.last_ok, 0.0), 1),
         "every": row.entry.every,
     }
+    # A value the store holds that cannot be read is unknown (None), not the stand-in the row
+    # carries for it (a next run in 1970, an interval of 0).
+    for key in ("every", "failures", "next_run"):
+        if key in row.unreadable:
+            out[key] = None
     for k in COUNTS:
         out[k] = int(row.counts.get(k, 0))
     return out
@@ -150,7 +155,7 @@ def rows_html(rows: Iterable[Row], now: float) -> Iterator[str]:
             str(s["deleted"]),
             str(s["failed"]),
             html.escape(when_next(s, row.next_run, now)),
-            str(s["failures"]),
+            "?" if s["failures"] is None else str(s["failures"]),
             html.escape(s["error"] or ""),
         ]
         yield f"<tr class='{css}'>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"

@@ -82,6 +82,7 @@ _COLUMNS = (
     "ok, mode, failures, error, counts, cursor, last_ok, queued, ticket, done_ticket, follow, "
     "woken, max_delete, allow_empty, lookback, history_grace, any_address, reconcile_every"
 )
+_COLUMN_NAMES = tuple(c.strip() for c in _COLUMNS.split(","))
 
 
 @dataclass
@@ -121,6 +122,9 @@ class Row:
     #: Why some of its stored values cannot be read (one line naming the store and the remedy;
     #: None: all can). Such a Source is never synced: its runs fail with this line.
     damaged: str | None = None
+    #: The columns (names of `_COLUMNS`) whose stored values cannot be read: shown as unknown,
+    #: not as the stand-in the row carries for them.
+    unreadable: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -165,27 +169,32 @@ def _row(r: Sequence[Any], where: str) -> Row:
     name = r[0]
     values = list(r)
     bad: list[str] = []
+    columns: set[int] = set()
     for i, what, none, integer in _NUMBERS:
         v = r[i]
         if (v is None and none) or type(v) is int or (type(v) is float and not integer):
             continue
         bad.append(f"{what} ({v!r})")
+        columns.add(i)
         values[i] = None if none else 0
     for i, what in _FLAGS:
         if r[i] in (0, 1) or (i == 11 and r[i] is None):
             continue
         bad.append(f"{what} ({r[i]!r})")
+        columns.add(i)
         values[i] = None if i == 11 else 0
     headers: Any = {}
     try:
         headers = json.loads(r[6])
     except (ValueError, TypeError) as exc:
         bad.append(f"the request headers ({exc})")
+        columns.add(6)
         headers = {}
     if type(headers) is not dict or not all(
         type(k) is str and type(v) is str for k, v in headers.items()
     ):
         bad.append("the request headers (not names and their values)")
+        columns.add(6)
         headers = {}
     try:
         counts = column_json(r[15], dict, "the counts", name) if r[15] else {}
@@ -237,6 +246,7 @@ def _row(r: Sequence[Any], where: str) -> Row:
         done_ticket=v[20],
         woken=v[22],
         damaged=damaged,
+        unreadable=frozenset(_COLUMN_NAMES[i] for i in columns),
     )
 
 
