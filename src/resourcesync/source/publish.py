@@ -49,7 +49,6 @@ from ..sitemap import write_document
 from ..w3cdt import format_w3c
 from .changelists import publish_changelists
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, PublishConfig, SetConfig
-from .dumps import publish_changedump, publish_resourcedump
 from .inventory import DirectoryInventory, Inventory, ScanStats
 from .resourcelists import publish_resourcelist
 from .scan import DeletionsRefused, Scan, ScanResult
@@ -392,10 +391,16 @@ class _SetPublisher(SetRun):
 
     def resourcedump(self) -> None:
         """The Resource Dump (§11) and its archive."""
+        # Imported here: a set without dumps (most runs) needs no ZIP writer (zipfile, tempfile
+        # and the package builder are ~5 ms of a re-run's start-up).
+        from .dumps import publish_resourcedump
+
         publish_resourcedump(self)
 
     def changedump(self) -> None:
         """The Change Dump (§13) and its archive."""
+        from .dumps import publish_changedump
+
         publish_changedump(self)
 
     def notify(self) -> None:

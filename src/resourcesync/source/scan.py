@@ -27,6 +27,7 @@ from ..sitemap.write import entry_xml
 from ..w3cdt import format_w3c, parse_w3c
 from .inventory import DirectoryInventory, Item, ScanStats, Stat, file_fingerprint
 from .listings import ListingDamaged, stat_of
+from .prefetch import ListingPrefetch
 from .state import DIRTY, TICK, SetState, StateError, change_resource
 
 __all__ = ["DeletionsRefused", "Journal", "Scan", "ScanResult"]
@@ -296,12 +297,35 @@ class Scan:
         one that is gone is deleted with everything under it."""
         j = Journal(self.state, algorithms, result)
         listings = self.state.listings
-        root = str(inventory.root)
         todo: list[tuple[str, bool]]
         if only is None:
             todo = [("", True)]
         else:
             todo = [(p, False) for p in sorted(listings.known(only), reverse=True)]
+        # A whole re-run has its directories listed ahead by a second process where that pays.
+        prefetch = None if only is not None else ListingPrefetch.start(inventory, listings.sizes())
+        try:
+            self._compare_dirs(j, inventory, todo, prefetch or inventory, result, progress)
+        finally:
+            if prefetch is not None:
+                prefetch.close()
+        j.flush()
+        last = self.db.execute("SELECT resources FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+        j.finish(0 if result.baseline else last[0] if last is not None else None)
+
+    def _compare_dirs(
+        self,
+        j: Journal,
+        inventory: DirectoryInventory,
+        todo: list[tuple[str, bool]],
+        lister: DirectoryInventory | ListingPrefetch,
+        result: ScanResult,
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        """`_scan_tree`'s loop: each directory of `todo` (and, where it says so, the ones
+        under it) listed by `lister` and compared with its listing."""
+        listings = self.state.listings
+        root = str(inventory.root)
         done: set[str] = set()
         seen = 0
         while todo:
@@ -310,7 +334,7 @@ class Scan:
                 continue
             done.add(prefix)
             directory = os.path.join(root, prefix) if prefix else root
-            listed = inventory.list_dir(directory, prefix)
+            listed = lister.list_dir(directory, prefix)
             unknown = inventory.stats.unknown
             if listed is None and prefix in unknown:
                 # It exists but cannot be listed now (permissions, an I/O error, a stale NFS
@@ -374,9 +398,6 @@ class Scan:
                 seen = 0
             if j.pending() >= 2000:
                 j.flush()
-        j.flush()
-        last = self.db.execute("SELECT resources FROM runs ORDER BY id DESC LIMIT 1").fetchone()
-        j.finish(0 if result.baseline else last[0] if last is not None else None)
 
     def _rows(self, prefix: str, names: Iterable[str]) -> dict[str, tuple[Any, ...]]:
         """The snapshot's rows of some files of one directory, by key."""
