@@ -157,6 +157,34 @@ def test_change_lists_from_the_kept_entries_are_the_ones_the_journal_gives(tmp_p
         assert b"".join(state.change_entries(1)) in written
 
 
+@pytest.mark.parametrize("change", ["created", "updated"])
+@pytest.mark.parametrize("kind", [None, "text/plain; charset=utf-8"])
+@pytest.mark.parametrize(
+    "hashes", ["md5:0cc175b9c0f1b6a831c399e269772661", "md5:0cc1 sha-256:ca97"]
+)
+def test_a_change_entry_made_from_the_resource_entry_is_the_one_the_serializer_makes(
+    change: str, kind: str | None, hashes: str
+) -> None:
+    from resourcesync.hashing import parse_hashes
+    from resourcesync.model import Resource
+    from resourcesync.sitemap.write import entry_xml
+    from resourcesync.source.scan import change_xml
+    from resourcesync.source.state import change_resource
+    from resourcesync.w3cdt import format_w3c, parse_w3c
+
+    uri = "http://example.org/b&c%20%3Cd%3E/\u00e9.txt"
+    lastmod = format_w3c(parse_w3c("2026-11-29T01:02:03.456789Z"))
+    when = format_w3c(parse_w3c("2026-11-29T02:03:04.000001Z"))
+    entry = entry_xml(
+        Resource(
+            loc=uri, lastmod=parse_w3c(lastmod), length=7, type=kind, hashes=parse_hashes(hashes)
+        )
+    )
+    made = change_xml(entry, change, when)
+    assert made == entry_xml(change_resource(uri, change, when, lastmod, 7, kind, hashes))
+    assert f'<rs:md change="{change}" datetime="{when}" hash='.encode() in made
+
+
 def listing_row(state: SetState, prefix: str) -> tuple[bytes, bytes | None]:
     """A directory's listing and its delta (kept apart from it)."""
     row = state.db.execute(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import marshal
+import mmap
 import os
 import signal
 import sys
@@ -34,7 +35,7 @@ from typing import Any
 
 from .inventory import DirectoryInventory, ScanStats, Stat
 
-__all__ = ["ListingPrefetch"]
+__all__ = ["ListingPrefetch", "scan_order", "usable"]
 
 #: Below this many files (as the state's listings measure them) a re-run walks on its own: the
 #: fork and the pipe would cost more than the walk they share.
@@ -45,6 +46,12 @@ PIPE_BYTES = 1 << 20
 _HEADER = 4
 
 Listed = tuple[dict[str, Stat], list[str]] | None
+#: A directory's rank in the scan's order, its listing, and what listing it noted.
+Frame = tuple[int, Listed, tuple[Any, ...]]
+
+
+def _notes(s: ScanStats) -> tuple[Any, ...]:
+    return (s.files, s.skipped_links, s.skipped_names, s.excluded, s.unreadable, s.unknown)
 
 
 def usable() -> bool:
@@ -59,16 +66,40 @@ def usable() -> bool:
         return False
 
 
+def scan_order(prefixes: Iterable[str]) -> list[str]:
+    """Directories (relative paths ending in "/", "" for the root) in the order a scan comes
+    to them: depth first, a directory's sub-directories by name ("a/x/" before "a-b/")."""
+    return sorted(prefixes, key=lambda p: p.split("/"))
+
+
 class ListingPrefetch:
     """`list_dir` as `DirectoryInventory`'s, from a child that lists `prefixes` (in the order
-    the scan asks for them) ahead of the scan. `close()` ends the child, whatever it did."""
+    the scan asks for them) ahead of the scan. `close()` ends the child, whatever it did.
+
+    The two share the walk through two flags a directory, in memory both processes share,
+    each written by one side only. The child raises its flag before it lists a directory and
+    passes over one whose scan's flag is up. The scan raises its flag when it comes to a
+    directory: if the child's is down, the scan lists it itself; if it is up, the child is at
+    it or past it, and while its listing comes the scan lists the next directory (unless the
+    child has come to that one too), which it holds for its next question. So when the child
+    has more to do than the scan (few changes) they take a directory each; when the scan has
+    more (many changes), the child runs ahead, as far as the pipe holds. Should both raise
+    their flags at once, either both list the directory (the scan drops the child's listing)
+    or the child passes over it while the scan waits for it: the child's next listing tells
+    the scan so, and it lists the directory itself."""
 
     def __init__(self, inventory: DirectoryInventory, prefixes: Iterable[str]) -> None:
         self.inventory = inventory
         order = list(prefixes)
         self._rank = {prefix: i for i, prefix in enumerate(order)}
+        self._count = len(order)
+        # The child's flags, then the scan's: one byte a directory (a byte is written whole).
+        self._flags = mmap.mmap(-1, 2 * len(order))
         self._buffer = bytearray()
-        self._next = 0  # the rank of the next listing the child hands over
+        self._order = order
+        self._held: Frame | None = None  # the child's, read, not yet asked for
+        self._ahead: Frame | None = None  # listed here ahead of its turn
+        self._next = 0  # the directories before this rank are behind the scan
         self._pid = 0
         read, write = os.pipe()
         try:
@@ -82,6 +113,7 @@ class ListingPrefetch:
         except OSError:
             os.close(read)
             os.close(write)
+            self._flags.close()
             raise
         if self._pid == 0:  # pragma: no cover (runs in the child, which leaves with _exit)
             code = 0
@@ -103,13 +135,10 @@ class ListingPrefetch:
         a second process here (`usable`), else None (the scan walks on its own)."""
         if len(known) < 2 or sum(size for _, size in known) < MIN_BYTES or not usable():
             return None
-        # The scan's order: depth first, a directory's sub-directories by name (as the names
-        # split on "/" sort: "a/x/" comes before "a-b/").
-        prefixes = sorted((prefix for prefix, _ in known), key=lambda p: p.split("/"))
         try:
-            return cls(inventory, prefixes)
+            return cls(inventory, scan_order(prefix for prefix, _ in known))
         except OSError:
-            return None  # no process or pipe to be had: the scan walks on its own
+            return None  # no process, pipe or shared page to be had: the scan walks alone
 
     # -- the child ---------------------------------------------------------------------------
 
@@ -118,13 +147,16 @@ class ListingPrefetch:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         inventory = self.inventory
         root = str(inventory.root)
-        for prefix in order:
+        flags = self._flags
+        theirs = self._count
+        for rank, prefix in enumerate(order):
+            flags[rank] = 1
+            if flags[theirs + rank]:
+                continue  # the scan came to it first
             inventory.stats = ScanStats()
             directory = os.path.join(root, prefix) if prefix else root
             listed = inventory.list_dir(directory, prefix)
-            s = inventory.stats
-            notes = (s.files, s.skipped_links, s.skipped_names, s.excluded, s.unreadable, s.unknown)
-            blob = marshal.dumps((listed, notes))
+            blob = marshal.dumps((rank, listed, _notes(inventory.stats)))
             data = len(blob).to_bytes(_HEADER, "little") + blob
             view = memoryview(data)
             while view:
@@ -135,36 +167,71 @@ class ListingPrefetch:
     def list_dir(self, directory: str, prefix: str) -> Listed:
         """The directory's files and sub-directories, as `DirectoryInventory.list_dir`."""
         rank = self._rank.get(prefix)
-        if rank is not None and rank >= self._next:
-            # The scan asks in the child's order: listings before this one are of directories
-            # it will not ask for (gone, or under one gone), dropped.
-            while self._read_fd is not None:
-                got = self._receive()
-                if got is None:
-                    break
-                if self._next - 1 == rank:
-                    listed, notes = got
-                    self._note(notes)
-                    return listed
+        if rank is None or rank < self._next:
+            return self.inventory.list_dir(directory, prefix)  # not one the child lists
+        # The scan asks in the child's order: what it passed over (gone, or under a directory
+        # gone) it will not ask for.
+        self._next = rank + 1
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == rank:
+            self._note(ahead[2])
+            return ahead[1]
+        if self._read_fd is None:
+            return self.inventory.list_dir(directory, prefix)  # the child is gone
+        flags, count = self._flags, self._count
+        flags[count + rank] = 1
+        if not flags[rank]:
+            return self.inventory.list_dir(directory, prefix)  # the child has not come to it
+        # The child is at it or past it. Unless it has come to the next one too, that one is
+        # listed here meanwhile (kept for the scan's next question: one listing held).
+        following = rank + 1
+        if following < count and not flags[following]:
+            flags[count + following] = 1
+            self._ahead = (following, *self._list_here(self._order[following]))
+        while True:
+            got = self._held or self._receive()
+            self._held = None
+            if got is None:
+                break  # the child is gone
+            if got[0] < rank:
+                continue  # of a directory the scan passed, or listed itself
+            if got[0] > rank:
+                self._held = got  # the child passed over this one: listed here
+                break
+            self._note(got[2])
+            return got[1]
         return self.inventory.list_dir(directory, prefix)
 
-    def _receive(self) -> tuple[Listed, tuple[Any, ...]] | None:
-        """The child's next listing and its notes; None when the child has no more to give."""
+    def _list_here(self, prefix: str) -> tuple[Listed, tuple[Any, ...]]:
+        """A directory listed by the scan's process ahead of its turn, with what the listing
+        noted (kept apart until its turn)."""
+        inventory = self.inventory
+        stats, inventory.stats = inventory.stats, ScanStats()
+        try:
+            root = str(inventory.root)
+            listed = inventory.list_dir(os.path.join(root, prefix) if prefix else root, prefix)
+            return listed, _notes(inventory.stats)
+        finally:
+            inventory.stats = stats
+
+    def _receive(self) -> Frame | None:
+        """The child's next listing (its rank, the listing, its notes); None when the child
+        has no more to give."""
         fd = self._read_fd
-        assert fd is not None
+        if fd is None:
+            return None
         buffer = self._buffer
         while True:
             if len(buffer) >= _HEADER:
                 size = int.from_bytes(buffer[:_HEADER], "little")
                 if len(buffer) >= _HEADER + size:
                     try:
-                        listed, notes = marshal.loads(buffer[_HEADER : _HEADER + size])
+                        rank, listed, notes = marshal.loads(buffer[_HEADER : _HEADER + size])
                     except (ValueError, EOFError, TypeError):
                         self._stop()
                         return None
                     del buffer[: _HEADER + size]
-                    self._next += 1
-                    return listed, notes
+                    return rank, listed, notes
             try:
                 chunk = os.read(fd, PIPE_BYTES)
             except InterruptedError:
@@ -192,6 +259,7 @@ class ListingPrefetch:
             os.close(self._read_fd)
             self._read_fd = None
         self._buffer.clear()
+        self._held = None
 
     def close(self) -> None:
         """End the child (killed if it is still listing) and reap it."""
@@ -202,6 +270,7 @@ class ListingPrefetch:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self._pid, 0)
             self._pid = 0
+            self._flags.close()
 
     def __enter__(self) -> ListingPrefetch:
         return self

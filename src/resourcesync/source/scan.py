@@ -444,6 +444,14 @@ class Scan:
         self.db.execute("DELETE FROM meta WHERE key = 'dirs_for'")
 
 
+def change_xml(entry: bytes, change: str, when: str) -> bytes:
+    """The Change List entry of a resource created or updated, from its Resource List entry
+    (`entry_xml`, as the snapshot keeps it): the same entry with the change and its time first
+    in its `rs:md`, where the serializer puts them (a third of a change's cost in a re-run was
+    serializing its entry a second time)."""
+    return entry.replace(b"<rs:md", f'<rs:md change="{change}" datetime="{when}"'.encode(), 1)
+
+
 class Journal:
     """What a scan writes: snapshot rows, journal entries and deletions, in batches, with
     strictly increasing change times."""
@@ -493,7 +501,7 @@ class Journal:
             self.db.executemany(
                 "INSERT INTO changes (key, uri, change, datetime, lastmod, length, type, "
                 "hashes, run, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(*row, entry_xml(change_resource(*row[1:8]))) for row in self.changes],
+                self.changes,
             )
             self.changes.clear()
 
@@ -578,8 +586,10 @@ class Journal:
         self.deletes.append((key,))
         self.result.deleted += 1
         if self.journal:
+            when = self.stamp()
+            xml = entry_xml(change_resource(uri, "deleted", when, lastmod, length, kind, hashes))
             self.changes.append(
-                (key, uri, "deleted", self.stamp(), lastmod, length, kind, hashes, self.result.run)
+                (key, uri, "deleted", when, lastmod, length, kind, hashes, self.result.run, xml)
             )
 
     def compare(self, item: Item, old: tuple[Any, ...] | None, uris_stable: bool) -> str | None:
@@ -635,5 +645,16 @@ class Journal:
             key, item.uri, item.fingerprint, item.modified(), length, item.type, hashes
         )
         if self.journal:
-            self.changes.append((key, item.uri, change, self.stamp(), *row[3:7], self.result.run))
+            when = self.stamp()
+            self.changes.append(
+                (
+                    key,
+                    item.uri,
+                    change,
+                    when,
+                    *row[3:7],
+                    self.result.run,
+                    change_xml(row[7], change, when),
+                )
+            )
         return item.fingerprint
