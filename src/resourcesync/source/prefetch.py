@@ -16,7 +16,8 @@ listed by the scan itself: the child only ever saves time.
 
 Only where forking is safe and worth it: Linux, two CPUs to run on, a process with no other
 thread (a thread holding a lock, the allocator's or the import system's, when the process
-forks would leave it held for ever in the child), and a tree of more than a few thousand files.
+forks would leave it held for ever in the child) but a progress display's, and a tree of more
+than a few thousand files.
 The child touches nothing but the tree and the pipe, and leaves with `os._exit` (no buffers
 flushed twice, no handlers run, the state's connection left alone).
 """
@@ -58,7 +59,8 @@ def usable() -> bool:
     """Whether this process may fork a lister now (see the module's note)."""
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
         return False
-    if threading.active_count() != 1:
+    me = threading.current_thread()
+    if any(t is not me and not _harmless(t) for t in threading.enumerate()):
         return False
     try:
         return len(os.sched_getaffinity(0)) > 1
@@ -70,6 +72,14 @@ def scan_order(prefixes: Iterable[str]) -> list[str]:
     """Directories (relative paths ending in "/", "" for the root) in the order a scan comes
     to them: depth first, a directory's sub-directories by name ("a/x/" before "a-b/")."""
     return sorted(prefixes, key=lambda p: p.split("/"))
+
+
+def _harmless(thread: threading.Thread) -> bool:
+    """A thread whose locks the child never takes: rich's refresh of a progress display on a
+    terminal (it holds the display's lock and writes to stderr, which the child leaves alone),
+    so that a re-run run by hand shares its walk as one run from cron does."""
+    kind = type(thread)
+    return kind.__name__ == "_RefreshThread" and kind.__module__ == "rich.live"
 
 
 class ListingPrefetch:
