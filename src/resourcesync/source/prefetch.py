@@ -5,8 +5,10 @@ core busy while the other waits: a scan compares each directory with its listing
 hashes what changed and writes the state, one directory after the other. A forked child walks
 the directories the state knows, in the order the scan asks for them, and hands each listing
 over through a pipe (`marshal`led, as the state keeps them) while the scan compares the ones
-before it. The pipe bounds how far the child runs ahead, so memory does not grow with the
-tree: the scan holds at most a pipe's worth of listings it has not asked for yet.
+before it; when the scan would wait for it, the scan lists the next directory itself (the two
+share the walk: `ListingPrefetch`). The pipe bounds how far the child runs ahead, so memory
+does not grow with the tree: the scan holds at most a pipe's worth of listings it has not
+asked for yet, and one it listed ahead of its turn.
 
 The child runs `DirectoryInventory.list_dir` itself, the same code on the same inventory, and
 reports what that noted (links skipped, names unreadable); the scan takes the listing and the
@@ -17,9 +19,9 @@ listed by the scan itself: the child only ever saves time.
 Only where forking is safe and worth it: Linux, two CPUs to run on, a process with no other
 thread (a thread holding a lock, the allocator's or the import system's, when the process
 forks would leave it held for ever in the child) but a progress display's, and a tree of more
-than a few thousand files.
-The child touches nothing but the tree and the pipe, and leaves with `os._exit` (no buffers
-flushed twice, no handlers run, the state's connection left alone).
+than a few thousand files. The child touches nothing but the tree, the pipe and its flags, and
+leaves with `os._exit` (no buffers flushed twice, no handlers run, the state's connection left
+alone).
 """
 
 from __future__ import annotations
