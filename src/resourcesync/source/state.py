@@ -316,13 +316,22 @@ class SetState:
         """Like `changes`, as Change List entries serialized for version 1.1 (kept since they
         were journaled: rewriting the open Change List costs no parsing)."""
         hi = last_seq if last_seq is not None else 1 << 62
+        # The entry alone (the other columns made into Python values for every entry cost
+        # twice what the entries do: 8.9 against 2.8 ms for 4,500); the values only for an
+        # entry journaled before entries were kept.
         cur = self.db.execute(
-            "SELECT uri, change, datetime, lastmod, length, type, hashes, xml FROM changes "
-            "WHERE seq BETWEEN ? AND ? ORDER BY seq",
-            (first_seq, hi),
+            "SELECT seq, xml FROM changes WHERE seq BETWEEN ? AND ? ORDER BY seq", (first_seq, hi)
         )
-        for *row, xml in cur:
-            yield bytes(xml) if xml is not None else entry_xml(change_resource(*row))
+        for seq, xml in cur:
+            if xml is not None:
+                yield bytes(xml)
+                continue
+            row = self.db.execute(
+                "SELECT uri, change, datetime, lastmod, length, type, hashes FROM changes "
+                "WHERE seq = ?",
+                (seq,),
+            ).fetchone()
+            yield entry_xml(change_resource(*row))
 
     def packaged_changes(self, first_seq: int, last_seq: int) -> Iterator[tuple[str, Resource]]:
         """(key, entry) of the journal entries in a range that a Change Dump package holds:
