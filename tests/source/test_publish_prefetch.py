@@ -31,13 +31,14 @@ NS = {
 }
 
 # `publish` as a command, the child's threshold at nothing (or the child never forked, with
-# PREFETCH=off), the listings it handed over counted; with DIE_AFTER=N, a child that dies
-# after N listings; with INTERRUPT=1, a run interrupted (Ctrl-C) in the middle of its scan.
+# PREFETCH=off), the listings it handed over counted, each fork noted with whether the scan
+# was loaded by then (the command forks before: `prefetch.head_start`); with DIE_AFTER=N, a
+# child that dies after N listings; with INTERRUPT=1, a run interrupted (Ctrl-C) in the
+# middle of its scan.
 RUNNER = r"""
 import os, sys
 import resourcesync.source.prefetch as p
 import resourcesync.source.inventory as inv
-import resourcesync.source.scan as scan
 from resourcesync._program import main
 
 handed = own = 0
@@ -45,6 +46,12 @@ if os.environ.get("PREFETCH") == "off":
     p.usable = lambda: False
 p.MIN_BYTES = 0
 parent = os.getpid()
+forks = []
+fork = os.fork
+def noted():
+    forks.append("resourcesync.source.scan" in sys.modules)
+    return fork()
+os.fork = noted
 receive = p.ListingPrefetch._receive
 def counted(self):
     global handed
@@ -66,6 +73,7 @@ def listing(self, directory, prefix):
     return list_dir(self, directory, prefix)
 inv.DirectoryInventory.list_dir = listing
 if os.environ.get("INTERRUPT"):
+    import resourcesync.source.scan as scan
     compare = scan.Journal.compare
     def interrupted(self, *a, **k):
         raise KeyboardInterrupt
@@ -77,7 +85,10 @@ finally:
         left = os.waitpid(-1, os.WNOHANG)
     except ChildProcessError:
         left = None
-    print(f"prefetch: {handed} handed over, {own} listed; child left: {left}", file=sys.stderr)
+    print(
+        f"prefetch: {handed} handed over, {own} listed; forks: {forks}; child left: {left}",
+        file=sys.stderr,
+    )
 """
 
 
@@ -106,6 +117,12 @@ def _counts(run: subprocess.CompletedProcess[str]) -> tuple[int, int]:
 
 def _handed(run: subprocess.CompletedProcess[str]) -> int:
     return _counts(run)[0]
+
+
+def _forks(run: subprocess.CompletedProcess[str]) -> str:
+    """The forks of a run, each as whether the scan was loaded by then."""
+    line = [ln for ln in run.stderr.splitlines() if ln.startswith("prefetch: ")][-1]
+    return line.split("; ")[1].removeprefix("forks: ")
 
 
 def _published(out: Path) -> dict[str, tuple[str, str]]:
@@ -186,7 +203,7 @@ def test_a_prefetched_rerun_publishes_what_a_walk_of_its_own_publishes(tmp_path:
     for kind, out in runs.items():
         first = _publish(data, out, env=env[kind])
         assert first.returncode == 0, first.stderr
-        assert _handed(first) == 0  # a first run has no listings to go by
+        assert _handed(first) == 0 and _forks(first) == "[]"  # no listings to go by yet
     # As many after `_mutate` (two gone, one moved, two new).
     dirs = 1 + sum(1 for p in data.rglob("*") if p.is_dir() and ".hidden" not in p.parts)
     for round_ in range(3):
@@ -199,8 +216,10 @@ def test_a_prefetched_rerun_publishes_what_a_walk_of_its_own_publishes(tmp_path:
         for run in results.values():
             assert run.returncode == 0, run.stderr
         handed, own = _counts(results["prefetch"])
-        # The two processes shared the walk (how, the machine decides: see `ListingPrefetch`).
+        # The two processes shared the walk (how, the machine decides: see `ListingPrefetch`),
+        # the child forked by the command before it loaded the scan, which took it over.
         assert handed > 0 and own < dirs
+        assert _forks(results["prefetch"]) == "[False]" and _forks(results["alone"]) == "[]"
         assert _counts(results["alone"]) == (0, dirs)
         truth = _truth(data)
         assert _published(runs["prefetch"]) == _published(runs["alone"]) == truth
@@ -324,3 +343,81 @@ def test_the_child_lists_in_the_order_the_scan_asks(tmp_path: Path, monkeypatch)
     publish(config)
     assert len(asked) == 15
     assert prefetch.scan_order(reversed(asked)) == asked
+
+
+def test_a_run_stopped_before_its_scan_leaves_no_child(tmp_path: Path) -> None:
+    """The head start's child is ended when the run stops before a scan took it over (here:
+    another publication holds OUTDIR)."""
+    import fcntl
+
+    rng = random.Random(20)
+    data, out = tmp_path / "data", tmp_path / "out"
+    _tree(data, rng)
+    assert _publish(data, out).returncode == 0
+    _mutate(data, rng)
+    with open(out / ".resourcesync" / "publish.lock", "a+b") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        run = _publish(data, out)
+    assert run.returncode != 0
+    assert "another publish is running for this output" in run.stderr
+    assert _forks(run) == "[False]" and _handed(run) == 0  # and reaped (`_counts`)
+    again = _publish(data, out)
+    assert again.returncode == 0, again.stderr
+    assert _published(out) == _truth(data)
+
+
+TAKE_OVER = r"""
+import os, sys
+import resourcesync.source.prefetch as p
+from resourcesync.source.inventory import DirectoryInventory
+root, known = sys.argv[1], [("", 1), ("d/", 1)]
+mine = p.ListingPrefetch(DirectoryInventory(root, "http://example.org/"), ["", "d/"])
+same = DirectoryInventory(root, "http://example.org/")  # another object, the same inventory
+taken = p.ListingPrefetch.start(same, known, mine)
+print(taken is mine, taken.inventory is same)
+taken.close()
+other = p.ListingPrefetch(DirectoryInventory(root, "http://example.org/"), ["", "d/"])
+pid = other._pid
+hidden = DirectoryInventory(root, "http://example.org/", hidden=True)  # lists other files
+p.MIN_BYTES = 0
+fresh = p.ListingPrefetch.start(hidden, known, other)
+try:
+    os.waitpid(pid, os.WNOHANG)
+    reaped = False
+except ChildProcessError:
+    reaped = True
+print(fresh is not other and fresh.inventory is hidden, reaped)
+fresh.close()
+"""
+
+
+def test_a_child_begun_for_another_inventory_is_ended_not_taken_over(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f.txt").write_text("f")
+    run = subprocess.run(
+        [sys.executable, "-c", TAKE_OVER, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:2] == ["True True", "True True"]
+
+
+def test_peek_reads_the_listings_a_state_keeps_for_this_inventory_only(tmp_path: Path) -> None:
+    from resourcesync.source.listings import peek
+
+    data = tmp_path / "data"
+    (data / "a").mkdir(parents=True)
+    (data / "a" / "f.txt").write_text("f")
+    (data / "g.txt").write_text("g")
+    s = SetConfig(name="set1", dir=data, base_url="http://example.org/")
+    config = PublishConfig(out=tmp_path / "out", sets=[s])
+    path = config.state_file(s)
+    signature = DirectoryInventory.of_set(config, s).signature(s.hashes)
+    assert peek(path, signature) == []  # no state yet
+    publish(config)
+    found = peek(path, signature)
+    assert sorted(prefix for prefix, _ in found) == ["", "a/"]
+    assert all(size > 0 for _, size in found)
+    other = DirectoryInventory(data, "http://example.org/", hidden=True).signature(s.hashes)
+    assert peek(path, other) == []  # kept for another inventory: the scan would not use them
+    path.write_bytes(b"not a database, " * 512)
+    assert peek(path, signature) == []  # said by the run that opens it, not here

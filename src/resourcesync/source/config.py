@@ -251,6 +251,10 @@ class PublishConfig:
     def state(self) -> Path:
         return self.state_dir or (self.out / STATE_DIR)
 
+    def state_file(self, s: SetConfig | str) -> Path:
+        """The state database of a set (`source/state.py`)."""
+        return self.state / f"{s if isinstance(s, str) else s.name}.sqlite"
+
     def set_url(self, s: SetConfig) -> str:
         """Where the set's documents are published."""
         return f"{self.docs_url}{s.name}/"

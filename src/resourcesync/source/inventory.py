@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 from urllib.parse import quote
 
 from ..filters import PathFilter
+
+if TYPE_CHECKING:
+    from .config import PublishConfig, SetConfig
 
 __all__ = [
     "DirectoryInventory",
@@ -233,6 +236,19 @@ class DirectoryInventory:
         self._skip = {os.path.realpath(p) for p in skip}
         self._real_root = os.path.realpath(self.root)
         self.stats = ScanStats()
+
+    @classmethod
+    def of_set(cls, config: PublishConfig, s: SetConfig) -> DirectoryInventory:
+        """The inventory of a set's directory as `publish` scans it (its output and state
+        directories skipped where they lie inside it)."""
+        return cls(
+            s.dir,
+            s.base_url,
+            include=s.include,
+            exclude=s.exclude,
+            skip=[config.out, config.state],
+            hidden=s.hidden,
+        )
 
     def __iter__(self) -> Iterator[Item]:
         if not self.root.is_dir():

@@ -11,7 +11,8 @@ its overflow pages included, whenever its size changes, so a delta kept in the l
 cost every changed directory its whole listing read back and written again (the 11 MB the
 delta was to spare: 69 MB written in all for 2,000 changes among 200,000 files).
 
-Ground floor of the Source's state: imports only the inventory's types.
+Ground floor of the Source's state: imports only the inventory's types (and, to look at a
+state before it is opened, `peek`, the SQLite habits).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import marshal
 import sqlite3
 import zlib
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from .inventory import Stat
 
-__all__ = ["Cached", "Delta", "Listing", "ListingDamaged", "Listings", "stat_of"]
+__all__ = ["Cached", "Delta", "Listing", "ListingDamaged", "Listings", "peek", "stat_of"]
 
 Listing = dict[str, Stat | None]
 #: Names changed since the listing was written whole: their stat, None, or `_GONE`.
@@ -113,6 +115,31 @@ def _applied(cached: Cached | None, prefix: str = "") -> tuple[Listing, Delta | 
                 files[name] = st
         applied = delta if applied is None else {**applied, **delta}
     return files, applied
+
+
+def peek(path: Path, signature: str) -> list[tuple[str, int]]:
+    """The directories whose listings the state database at `path` keeps for an inventory of
+    `signature`, with their sizes (`Listings.sizes`), read before the state is opened to write
+    (`prefetch.head_start`): none when it does not exist, cannot be read now, or keeps them
+    for another inventory (the scan would not compare with them: `Scan.run`)."""
+    if not path.is_file():
+        return []
+    from ..errors import ResourceSyncError
+    from ..sqlite import connect_read_only
+
+    try:
+        db = connect_read_only(path)
+    except ResourceSyncError:
+        return []  # said by the run that opens it
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'dirs_for'").fetchone()
+        if row is None or row[0] != signature:
+            return []
+        return Listings(db).sizes()
+    except sqlite3.Error:
+        return []
+    finally:
+        db.close()
 
 
 class Listings:

@@ -213,7 +213,7 @@ class _Retrier(threading.Thread):
             with run_lock(config.state, wait=False):
                 left = False
                 for s in config.sets:
-                    path = config.state / f"{s.name}.sqlite"
+                    path = config.state_file(s)
                     if not s.hub or not path.exists():
                         continue
                     with SetState(path) as state:

@@ -16,6 +16,11 @@ notes as if it had listed the directory at that moment. A directory the child di
 since the last run), or any listing the child could not hand over (it died, it was killed), is
 listed by the scan itself: the child only ever saves time.
 
+A command begins it before it has loaded the rest of itself (`head_start`): `publish` from
+cron spends a third of a re-run of 50,000 files importing the scan, the documents' writers
+and their dependencies, which the child's listing then overlaps. The scan takes such a child
+over when it lists for the same inventory, and otherwise stops it and starts its own.
+
 Only where forking is safe and worth it: Linux, two CPUs to run on, a process with no other
 thread (a thread holding a lock, the allocator's or the import system's, when the process
 forks would leave it held for ever in the child) but a progress display's, and a tree of more
@@ -33,12 +38,16 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from .inventory import DirectoryInventory, ScanStats, Stat
+from .listings import peek
 
-__all__ = ["ListingPrefetch", "scan_order", "usable"]
+if TYPE_CHECKING:
+    from .config import PublishConfig
+
+__all__ = ["ListingPrefetch", "head_start", "scan_order", "usable"]
 
 #: Below this many files (as the state's listings measure them) a re-run walks on its own: the
 #: fork and the pipe would cost more than the walk they share.
@@ -68,6 +77,26 @@ def usable() -> bool:
         return len(os.sched_getaffinity(0)) > 1
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def head_start(config: PublishConfig) -> Iterator[dict[str, ListingPrefetch]]:
+    """The first set's listings begun now, before the command loads the scan (by set name, for
+    `publish(head_starts=…)`), where a re-run would have its walk shared; the child is ended
+    when the block is left, whether the scan took it over or not."""
+    started: dict[str, ListingPrefetch] = {}
+    try:
+        s = config.sets[0]
+        if s.dir.is_dir():
+            inventory = DirectoryInventory.of_set(config, s)
+            known = peek(config.state_file(s), inventory.signature(s.hashes))
+            prefetch = ListingPrefetch.start(inventory, known)
+            if prefetch is not None:
+                started[s.name] = prefetch
+        yield started
+    finally:
+        for prefetch in started.values():
+            prefetch.close()
 
 
 def scan_order(prefixes: Iterable[str]) -> list[str]:
@@ -141,10 +170,22 @@ class ListingPrefetch:
 
     @classmethod
     def start(
-        cls, inventory: DirectoryInventory, known: list[tuple[str, int]]
+        cls,
+        inventory: DirectoryInventory,
+        known: list[tuple[str, int]],
+        started: ListingPrefetch | None = None,
     ) -> ListingPrefetch | None:
         """A prefetch of the directories `known` (prefix, size of its listing) when it is worth
-        a second process here (`usable`), else None (the scan walks on its own)."""
+        a second process here (`usable`), else None (the scan walks on its own). `started`:
+        one begun before (`head_start`), taken over when it lists for the same inventory
+        (what it noted then goes to `inventory`), else ended. Begun from what the state knew
+        a moment before, it may list a directory the scan will not ask for, or not one it
+        will: the scan lists that one itself, as any it does not hold."""
+        if started is not None:
+            if started.inventory.signature(()) == inventory.signature(()):
+                started.inventory = inventory
+                return started
+            started.close()
         if len(known) < 2 or sum(size for _, size in known) < MIN_BYTES or not usable():
             return None
         try:

@@ -50,6 +50,7 @@ from ..w3cdt import format_w3c
 from .changelists import publish_changelists
 from .config import DESCRIPTION_PATH, PUBLISHED_FILE, PublishConfig, SetConfig
 from .inventory import DirectoryInventory, Inventory, ScanStats
+from .prefetch import ListingPrefetch
 from .resourcelists import publish_resourcelist
 from .scan import DeletionsRefused, Scan, ScanResult
 from .setrun import DocumentInfo, SetRun
@@ -125,19 +126,23 @@ def publish(
     progress: Progress | None = None,
     clock: Callable[[], datetime] | None = None,
     changed: Mapping[str, Iterable[str]] | None = None,
+    head_starts: Mapping[str, ListingPrefetch] | None = None,
 ) -> PublishResult:
     """Publish every set of the Source once. `inventories` replaces the directory scan of the
     named sets (a database, a feed: see `inventory.Inventory`). `changed`: for the named sets,
     the paths (relative to the set's directory) that changed since the last publication; only
     their directories are scanned (the watcher's: the tree is not walked), when the state has
-    the listings of the last scan (otherwise the whole set is)."""
+    the listings of the last scan (otherwise the whole set is). `head_starts`: the listings
+    of the named sets begun before this was imported (`prefetch.head_start`), for their scans
+    to take over."""
     started = time.monotonic()
     _check_clashes(config)
     only = {name: _directories(paths) for name, paths in (changed or {}).items()}
+    early = dict(head_starts or {})
     if dry_run:
-        return _publish(config, dry_run, inventories, progress, clock, started, only)
+        return _publish(config, dry_run, inventories, progress, clock, started, only, early)
     with run_lock(config.state):
-        return _publish(config, dry_run, inventories, progress, clock, started, only)
+        return _publish(config, dry_run, inventories, progress, clock, started, only, early)
 
 
 def _refused_deletions(s: SetConfig, scan: ScanResult) -> str | None:
@@ -209,15 +214,15 @@ def _publish(
     clock: Callable[[], datetime] | None,
     started: float,
     only: Mapping[str, set[str]],
+    early: dict[str, ListingPrefetch],
 ) -> PublishResult:
-    out = config.out
     results: list[SetResult] = []
     set_docs: dict[str, list[DocumentInfo]] = {}
     recent: dict[str, list[dict[str, str]]] = {}
     counts: dict[str, int] = {}
     framework: dict[str, tuple[list[Resource], dict[str, str], SetResult]] = {}
     for s in config.sets:
-        state_path = config.state / f"{s.name}.sqlite"
+        state_path = config.state_file(s)
         scratch = None
         if dry_run and not state_path.exists():
             # A dry run writes nothing of ours: a first run is tried on a scratch state.
@@ -234,15 +239,7 @@ def _publish(
             else:
                 if not s.dir.is_dir():
                     raise ResourceSyncError("not a directory", source=str(s.dir))
-                d = DirectoryInventory(
-                    s.dir,
-                    s.base_url,
-                    include=s.include,
-                    exclude=s.exclude,
-                    skip=[out, config.state],
-                    hidden=s.hidden,
-                )
-                inventory = d
+                inventory = DirectoryInventory.of_set(config, s)
             step = (lambda n, name=s.name: progress(name, n)) if progress else None
             try:
                 scan = Scan(state).run(
@@ -253,6 +250,7 @@ def _publish(
                     uri_base=s.base_url if isinstance(inventory, DirectoryInventory) else None,
                     only=only.get(s.name),
                     refuse=functools.partial(_refused_deletions, s),
+                    prefetch=early.pop(s.name, None),
                 )
             except DeletionsRefused as exc:
                 raise DeletionsRefused(exc.message, source=str(s.dir)) from None
@@ -292,7 +290,7 @@ def _publish(
         _write_published(config, set_docs, recent, counts, clock)
         now = (clock or (lambda: datetime.now(UTC)))()
         for s in config.sets:
-            with SetState(config.state / f"{s.name}.sqlite", clock=clock) as state:
+            with SetState(config.state_file(s), clock=clock) as state:
                 if s.hub and s.framework_notification and s.name in framework:
                     events, marks, set_result = framework[s.name]
                     from .notify import announce_framework, retry_in_background

@@ -94,6 +94,7 @@ class Scan:
         uri_base: str | None = None,
         only: Iterable[str] | None = None,
         refuse: Callable[[ScanResult], str | None] | None = None,
+        prefetch: ListingPrefetch | None = None,
     ) -> ScanResult:
         """Compare the inventory with the snapshot, record what changed, commit (unless dry).
 
@@ -106,7 +107,28 @@ class Scan:
         A `DirectoryInventory` is compared directory by directory with the listings the last
         scan kept (`_scan_tree`); `only` then limits the scan to those directories (relative
         paths ending in "/", "" for the root), when the state has listings to compare with.
+        `prefetch`: the tree's listings begun before (`prefetch.head_start`), for a whole
+        re-run to take over; ended when the scan is over, whether taken over or not.
         """
+        try:
+            return self._run(
+                inventory, algorithms, dry_run, progress, uri_base, only, refuse, prefetch
+            )
+        finally:
+            if prefetch is not None:
+                prefetch.close()
+
+    def _run(
+        self,
+        inventory: Iterable[Item],
+        algorithms: Sequence[str],
+        dry_run: bool,
+        progress: Callable[[int], None] | None,
+        uri_base: str | None,
+        only: Iterable[str] | None,
+        refuse: Callable[[ScanResult], str | None] | None,
+        prefetch: ListingPrefetch | None,
+    ) -> ScanResult:
         algorithms = tuple(algorithms)
         started = self.state.clock()
         run_row = self.db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM runs").fetchone()
@@ -140,7 +162,7 @@ class Scan:
                     self._forget_listings()
                     only = None
                 try:
-                    self._scan_tree(inventory, algorithms, result, progress, only)
+                    self._scan_tree(inventory, algorithms, result, progress, only, prefetch)
                 except ListingDamaged as exc:
                     # The listings are the state's own shortcut: a damaged one costs this run
                     # a whole comparison with the snapshot (which lists every file, so a file
@@ -285,6 +307,7 @@ class Scan:
         result: ScanResult,
         progress: Callable[[int], None] | None,
         only: Iterable[str] | None,
+        started: ListingPrefetch | None = None,
     ) -> None:
         """Compare each directory's files with its listing as the last scan left it (the
         `dirs` table): an unchanged file costs its `stat` and one comparison, and only the
@@ -302,8 +325,13 @@ class Scan:
             todo = [("", True)]
         else:
             todo = [(p, False) for p in sorted(listings.known(only), reverse=True)]
-        # A whole re-run has its directories listed ahead by a second process where that pays.
-        prefetch = None if only is not None else ListingPrefetch.start(inventory, listings.sizes())
+        # A whole re-run has its directories listed ahead by a second process where that pays
+        # (one begun before the scan, `started`, taken over).
+        prefetch = None
+        if only is None:
+            prefetch = ListingPrefetch.start(inventory, listings.sizes(), started)
+        elif started is not None:
+            started.close()
         try:
             self._compare_dirs(j, inventory, todo, prefetch or inventory, result, progress)
         finally:
