@@ -17,9 +17,10 @@ since the last run), or any listing the child could not hand over (it died, it w
 listed by the scan itself: the child only ever saves time.
 
 A command begins it before it has loaded the rest of itself (`head_start`): `publish` from
-cron spends a third of a re-run of 50,000 files importing the scan, the documents' writers
-and their dependencies, which the child's listing then overlaps. The scan takes such a child
-over when it lists for the same inventory, and otherwise stops it and starts its own.
+cron spends a third of a re-run of 50,000 files starting (the interpreter, the command line,
+then the scan, the documents' writers and their dependencies), and the child's listing
+overlaps the last of these. The scan takes such a child over when it lists for the same
+inventory, and otherwise ends it and starts its own.
 
 Only where forking is safe and worth it: Linux, two CPUs to run on, a process with no other
 thread (a thread holding a lock, the allocator's or the import system's, when the process
