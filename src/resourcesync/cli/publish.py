@@ -263,8 +263,7 @@ def publish(
     from ..source.prefetch import head_start
 
     config = config_from_options(directory, **options)
-    # The tree's listing begun first, while the scan and the writers are loaded (a third of a
-    # re-run from cron, issue 15.3).
+    # The tree's listing begun first, while the scan and the writers are loaded (issue 15.3).
     with head_start(config) as early:
         from ..source.publish import publish as run_publish
         from ..source.scan import DeletionsRefused

@@ -86,9 +86,13 @@ def head_start(config: PublishConfig) -> Iterator[dict[str, ListingPrefetch]]:
     `publish(head_starts=…)`), where a re-run would have its walk shared; the child is ended
     when the block is left, whether the scan took it over or not."""
     started: dict[str, ListingPrefetch] = {}
+    s = config.sets[0]
     try:
-        s = config.sets[0]
-        if s.dir.is_dir():
+        ready = s.dir.is_dir()
+    except OSError:
+        ready = False  # said by the run, as it would be without a head start
+    try:
+        if ready:
             inventory = DirectoryInventory.of_set(config, s)
             known = peek(config.state_file(s), inventory.signature(s.hashes))
             prefetch = ListingPrefetch.start(inventory, known)
