@@ -92,16 +92,19 @@ def damaged_database(exc: BaseException) -> bool:
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
-def storage_failure(exc: BaseException, where: object = None) -> tuple[str, bool] | None:
+def storage_failure(
+    exc: BaseException, where: object = None, verb: str = "write"
+) -> tuple[str, bool] | None:
     """One line for local storage refusing a write — a file system (full, read-only,
     permission denied, a file in the way) or an SQLite state database — and whether it is
     full; None for any other exception. As every command and the fleet's syncs say it.
-    `where`: named when the error names no file."""
+    `where`: named when the error names no file. `verb`: "read" for a command that only reads
+    local files (`audit`, `ls`), whose file system refusing it is no failure to write."""
     if isinstance(exc, OSError):
         full = exc.errno in FULL_ERRNOS
         place = exc.filename or where
         hint = ": free some space and run again" if full else ""
-        head = f"cannot write {place}" if place else "cannot write"
+        head = f"cannot {verb} {place}" if place else f"cannot {verb}"
         return f"{head}: {exc.strerror or exc}{hint}", full
     sqlite3 = sys.modules.get("sqlite3")
     if sqlite3 is not None and isinstance(exc, sqlite3.OperationalError):

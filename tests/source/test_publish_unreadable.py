@@ -25,8 +25,13 @@ from tests.destination.helpers import cli
 
 
 def _publish(data: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "resourcesync", "publish", str(data), "--base-url"]
-    argv += ["http://example.org/", "--out", str(out), *extra]
+    return _command(
+        "publish", str(data), "--base-url", "http://example.org/", "--out", str(out), *extra
+    )
+
+
+def _command(*args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "resourcesync", *args]
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
@@ -122,3 +127,52 @@ def test_max_delete_caps_the_deletions_of_one_run(tmp_path: Path) -> None:
     allowed = cli(*base, "--max-delete", "2")
     assert allowed.exit_code == 0, allowed.stderr
     assert _deleted(out) == 2
+
+
+def test_a_directory_under_one_that_cannot_be_searched_is_said_as_such(tmp_path: Path) -> None:
+    """DIR below a directory this process may not search cannot even be looked at: one line
+    that says so (it was "cannot write DIR/resourcesync: Permission denied", from the first
+    check that met it), exit 2, nothing recorded; searchable again, the run publishes."""
+    parent, out = tmp_path / "p", tmp_path / "out"
+    data = parent / "data"
+    _tree(data)
+    assert _publish(data, out).returncode == 0
+    (data / "a" / "3.txt").write_text("new\n")
+    parent.chmod(0)
+    try:
+        run = _publish(data, out)
+    finally:
+        parent.chmod(0o755)
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [
+        f"resourcesync: {data}: cannot be looked at (Permission denied): a directory above it "
+        "cannot be searched"
+    ]
+    again = _publish(data, out)
+    assert again.returncode == 0, again.stderr
+    assert "1 created" in again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("command", ["ls", "audit", "serve"])
+def test_a_command_that_only_reads_says_what_it_could_not_read(
+    tmp_path: Path, command: str
+) -> None:
+    """`ls` and `audit` only read DEST, `serve` OUTDIR: one below a directory they may not
+    search is said as what they could not read (it was "cannot write DEST")."""
+    parent = tmp_path / "p"
+    dest = parent / "dest"
+    (dest / ".resourcesync").mkdir(parents=True)
+    args = {
+        "ls": [str(dest)],
+        "audit": ["http://127.0.0.1:9/", str(dest)],
+        "serve": [str(dest), "--port", "0"],
+    }[command]
+    parent.chmod(0)
+    try:
+        run = _command(command, *args)
+    finally:
+        parent.chmod(0o755)
+    assert run.returncode == 2
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"resourcesync: cannot read {dest}"), lines
+    assert lines[0].endswith(": Permission denied")

@@ -151,7 +151,16 @@ def fail(message: str, code: int = EXIT_ERROR) -> None:
 
 def handle_errors(func: F) -> F:
     """Our errors become one line on stderr and exit code 2; never a traceback for bad input."""
+    return _handled(func, "write")
 
+
+def handle_read_errors(func: F) -> F:
+    """`handle_errors` for a command that only reads local files (`audit`, `ls`): a file system
+    that refuses it (a directory it may not search) is said as what it could not read."""
+    return _handled(func, "read")
+
+
+def _handled(func: F, verb: str) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         # SIGTERM (a service manager stopping us) ends a run as Ctrl-C does: cleanly, one
@@ -187,7 +196,7 @@ def handle_errors(func: F) -> F:
                 # permission denied, a file in the way): one line naming the path; every write
                 # is atomic, so nothing is half-written and the next run completes (issue
                 # 17.17, 14.5).
-                said = storage_failure(exc)
+                said = storage_failure(exc, verb=verb)
                 if said is None:
                     raise
                 message, full = said

@@ -14,7 +14,7 @@ from ..destination.mirror import STATE_DIR_NAME
 from ..destination.state import DestinationState, Known, time_kept
 from ..iri import display_iri
 from ..w3cdt import format_w3c
-from ._common import EXIT_FINDINGS, emit_json, fail, handle_errors
+from ._common import EXIT_FINDINGS, emit_json, fail, handle_read_errors
 
 
 def _line(k: Known, human: bool) -> str:
@@ -30,7 +30,7 @@ def _line(k: Known, human: bool) -> str:
 @click.argument("dest", type=click.Path(path_type=Path, file_okay=False))
 @click.argument("uris", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: one object per resource.")
-@handle_errors
+@handle_read_errors
 def ls(dest: Path, uris: tuple[str, ...], as_json: bool) -> None:
     """What the copy in DEST holds, from its state: per resource its URI, local path (under
     DEST), length and the links its Source gave for it (`alternate`, `canonical`, `memento`,

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import click
 
 from ..errors import ResourceSyncError
-from ._common import check_port, fail, handle_errors, plural
+from ._common import check_port, fail, handle_errors, handle_read_errors, plural
 
 _RESOURCES_HELP = (
     "Serve the resources of set NAME from DIR (repeatable); without NAME=, the only set's "
@@ -91,7 +91,7 @@ def _where(host: str, port: int) -> str:
 @click.option("--resources", multiple=True, metavar="[NAME=]DIR", help=_RESOURCES_HELP)
 @_server_options
 @click.option("--hidden", is_flag=True, help="Serve hidden names (.x) from the sets' directories.")
-@handle_errors
+@handle_read_errors
 def serve(
     outdir: Path,
     resources: tuple[str, ...],

@@ -21,6 +21,7 @@ from ._common import (
     emit_json,
     fail,
     handle_errors,
+    handle_read_errors,
     plural,
     request_headers,
     show_progress,
@@ -920,7 +921,7 @@ def _follow(
 @click.option("-v", "--verbose", is_flag=True, help="List every difference, not ten of each.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (the exit code says).")
 @sync_options
-@handle_errors
+@handle_read_errors
 def audit(source: str, dest: Path, as_json: bool, verbose: bool, quiet: bool, **o: Any) -> None:
     """Compare DEST with the Source's current state (its Resource List, or its Resource Dump's
     manifests, plus the changes after it): missing, extra and different resources. Exit 0 in

@@ -136,6 +136,7 @@ def publish(
     of the named sets begun before this was imported (`prefetch.head_start`), for their scans
     to take over."""
     started = time.monotonic()
+    _check_dirs(config, inventories or {})
     _check_clashes(config)
     only = {name: _directories(paths) for name, paths in (changed or {}).items()}
     early = dict(head_starts or {})
@@ -416,6 +417,25 @@ def _remove_leftovers(directory: Path) -> None:
     for pattern in _LEFTOVERS:
         for p in directory.rglob(pattern):
             p.unlink(missing_ok=True)
+
+
+def _check_dirs(config: PublishConfig, inventories: Mapping[str, Inventory]) -> None:
+    """A set's directory that cannot even be looked at (a directory above it that this process
+    may not search) is said as such, first: it was said as a file that could not be written,
+    from wherever the run first met it. (Missing, not a directory, or unreadable itself: said
+    or kept where the run meets it, as ever.)"""
+    for s in config.sets:
+        if s.name in inventories:
+            continue
+        try:
+            s.dir.stat()
+        except PermissionError as exc:
+            raise ResourceSyncError(
+                f"cannot be looked at ({exc.strerror}): a directory above it cannot be searched",
+                source=str(s.dir),
+            ) from None
+        except OSError:
+            pass
 
 
 def _check_clashes(config: PublishConfig) -> None:
