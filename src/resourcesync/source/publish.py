@@ -33,6 +33,7 @@ import fcntl
 import functools
 import json
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -134,7 +135,7 @@ def publish(
     their directories are scanned (the watcher's: the tree is not walked), when the state has
     the listings of the last scan (otherwise the whole set is). `head_starts`: the listings
     of the named sets begun before this was imported (`prefetch.head_start`), for their scans
-    to take over."""
+    to take over; the caller ends them (as `head_start` does), taken over or not."""
     started = time.monotonic()
     _check_dirs(config, inventories or {})
     _check_clashes(config)
@@ -238,8 +239,6 @@ def _publish(
             if inventories and s.name in inventories:
                 inventory = inventories[s.name]
             else:
-                if not s.dir.is_dir():
-                    raise ResourceSyncError("not a directory", source=str(s.dir))
                 inventory = DirectoryInventory.of_set(config, s)
             step = (lambda n, name=s.name: progress(name, n)) if progress else None
             try:
@@ -420,22 +419,24 @@ def _remove_leftovers(directory: Path) -> None:
 
 
 def _check_dirs(config: PublishConfig, inventories: Mapping[str, Inventory]) -> None:
-    """A set's directory that cannot even be looked at (a directory above it that this process
-    may not search) is said as such, first: it was said as a file that could not be written,
-    from wherever the run first met it. (Missing, not a directory, or unreadable itself: said
-    or kept where the run meets it, as ever.)"""
+    """Each set's directory (but those an inventory replaces) is a directory this process can
+    look at, said first: one below a directory it may not search was said as a file that could
+    not be written, from wherever the run first met it. (One it cannot read itself is kept as
+    published where the scan meets it.)"""
     for s in config.sets:
         if s.name in inventories:
             continue
         try:
-            s.dir.stat()
+            is_dir = stat.S_ISDIR(s.dir.stat().st_mode)
         except PermissionError as exc:
             raise ResourceSyncError(
                 f"cannot be looked at ({exc.strerror}): a directory above it cannot be searched",
                 source=str(s.dir),
             ) from None
         except OSError:
-            pass
+            is_dir = False
+        if not is_dir:
+            raise ResourceSyncError("not a directory", source=str(s.dir))
 
 
 def _check_clashes(config: PublishConfig) -> None:

@@ -108,27 +108,8 @@ class Scan:
         scan kept (`_scan_tree`); `only` then limits the scan to those directories (relative
         paths ending in "/", "" for the root), when the state has listings to compare with.
         `prefetch`: the tree's listings begun before (`prefetch.head_start`), for a whole
-        re-run to take over; ended when the scan is over, whether taken over or not.
+        re-run to take over (and end once its walk is done); whoever began it ends it too.
         """
-        try:
-            return self._run(
-                inventory, algorithms, dry_run, progress, uri_base, only, refuse, prefetch
-            )
-        finally:
-            if prefetch is not None:
-                prefetch.close()
-
-    def _run(
-        self,
-        inventory: Iterable[Item],
-        algorithms: Sequence[str],
-        dry_run: bool,
-        progress: Callable[[int], None] | None,
-        uri_base: str | None,
-        only: Iterable[str] | None,
-        refuse: Callable[[ScanResult], str | None] | None,
-        prefetch: ListingPrefetch | None,
-    ) -> ScanResult:
         algorithms = tuple(algorithms)
         started = self.state.clock()
         run_row = self.db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM runs").fetchone()
@@ -330,8 +311,6 @@ class Scan:
         prefetch = None
         if only is None:
             prefetch = ListingPrefetch.start(inventory, listings.sizes(), started)
-        elif started is not None:
-            started.close()
         try:
             self._compare_dirs(j, inventory, todo, prefetch or inventory, result, progress)
         finally:
