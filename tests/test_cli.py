@@ -765,6 +765,8 @@ def test_map_never_reads_outside_its_directory(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert "OUTSIDE-ENTRY" not in result.stdout
     assert result.stderr.count("maps outside") == 2
+    # Each line names its URL once.
+    assert result.stderr.count("outside.xml") == 2, result.stderr
     result = run("validate", index, "--follow", "--json", "--map", mapping)
     report = json.loads(result.stdout)
     assert [Path(d["source"]).name for d in report["documents"]] == ["resourcelist.xml"]

@@ -780,7 +780,28 @@ def test_a_state_directory_planted_as_a_symlink_stops_the_run(tmp_path: Path) ->
             assert result.exit_code == 2, result.output
             assert "symbolic link" in result.stderr and "Traceback" not in result.output
             assert len(result.stderr.strip().splitlines()) == 1
+            # The state directory named once, where the line says what it is.
+            assert result.stderr.count(".resourcesync") == 1, result.stderr
         assert list(outside.iterdir()) == []
+        assert not (dest / "a.txt").exists()
+
+
+def test_a_state_directory_that_is_a_file_stops_the_run(tmp_path: Path) -> None:
+    """`DEST/.resourcesync` as a file: one line naming it once, exit 2, the file left as it
+    was, nothing synced (a dry run says the same)."""
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / ".resourcesync").write_bytes(b"not mine")
+    with hand_source() as src:
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(src.base, "/a.txt", b"a")], at=AT)
+        for args in (("sync",), ("sync", "--dry-run"), ("audit",)):
+            result = cli(*args, src.base, dest)
+            assert result.exit_code == 2, result.output
+            line = result.stderr.strip()
+            assert len(line.splitlines()) == 1 and "Traceback" not in result.output
+            assert "not a directory" in line and line.count(".resourcesync") == 1, line
+        assert (dest / ".resourcesync").read_bytes() == b"not mine"
         assert not (dest / "a.txt").exists()
 
 

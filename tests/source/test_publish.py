@@ -445,8 +445,11 @@ def test_documents_and_resources_never_share_urls(tmp_path: Path) -> None:
         out=tmp_path / "out",
         sets=[SetConfig("set1", tmp_path / "data", "http://example.org/")],
     )
-    with pytest.raises(ResourceSyncError, match="choose another --name"):
+    with pytest.raises(ResourceSyncError, match="choose another --name") as caught:
         publish(cfg)
+    # The file in the way named once, first, as every error names its input.
+    said = str(caught.value)
+    assert said.startswith(str(tmp_path / "data" / "set1")) and said.count("data/set1") == 1
 
 
 def test_cli_publish_json_and_errors(tmp_path: Path) -> None:

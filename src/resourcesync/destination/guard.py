@@ -61,23 +61,23 @@ class DiskGuard:
                     os.mkdir(path, 0o755)
                 except OSError as exc:
                     raise ResourceSyncError(
-                        f"cannot create the state directory {path}: {exc.strerror or exc}",
+                        f"cannot create the state directory: {exc.strerror or exc}",
                         source=str(path),
                     ) from None
             return
         except OSError as exc:
             raise ResourceSyncError(
-                f"cannot use the state directory {path}: {exc.strerror or exc}", source=str(path)
+                f"cannot use the state directory: {exc.strerror or exc}", source=str(path)
             ) from None
         if stat.S_ISLNK(st.st_mode):
             raise ResourceSyncError(
-                f"{path} is a symbolic link (to {os.readlink(path)}): the state must live inside "
-                "DEST; remove the link",
+                f"a symbolic link (to {os.readlink(path)}), where the state must live inside DEST: "
+                "remove the link",
                 source=str(path),
             )
         if not stat.S_ISDIR(st.st_mode):
             raise ResourceSyncError(
-                f"{path} is not a directory: the state must live there; move it away",
+                "not a directory, where the state must live: move it away",
                 source=str(path),
             )
 

@@ -97,7 +97,7 @@ def _inside(directory: Path, rest: str, url: str) -> Path:
     base = directory.resolve()
     candidate = (base / rest).resolve()
     if candidate != base and base not in candidate.parents:
-        raise ReadError(f"{url} maps outside {directory}", source=url)
+        raise ReadError(f"maps outside {directory}", source=url)
     return candidate
 
 

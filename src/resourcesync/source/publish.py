@@ -450,8 +450,7 @@ def _check_clashes(config: PublishConfig) -> None:
                 if rel and (other.dir / rel).exists():
                     raise ResourceSyncError(
                         f"the documents of set {s.name!r} would be published at {docs}, where "
-                        f"{other.dir / rel} is published too: choose another --name or "
-                        "--docs-url",
+                        "this is published too: choose another --name or --docs-url",
                         source=str(other.dir / rel),
                     )
             if (
