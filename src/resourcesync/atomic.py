@@ -1,20 +1,27 @@
 """Atomic file replacement: write beside the target, rename into place only on success.
 
 A reader sees the old file or the new one, never half of one; a failed or interrupted write
-leaves the old file as it was and no temporary file behind. Ground floor: imports only errors.
+leaves the old file as it was and no temporary file behind. A file written again with the same
+bytes can be left as it was (`keep_same`, `replace_unless_same`): its modification time, which
+a server gives as Last-Modified and its ETag, then still says when it last changed. Ground
+floor: imports only errors.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 from types import TracebackType
 
 from .errors import ResourceSyncError
 
-__all__ = ["AtomicFile", "fsync_dir"]
+__all__ = ["AtomicFile", "fsync_dir", "replace_unless_same", "same_bytes"]
+
+#: How much of two files is compared at a time.
+_COMPARED = 1 << 18
 
 
 class AtomicFile:
@@ -23,7 +30,8 @@ class AtomicFile:
 
     The new file keeps the permissions of the file it replaces (0644 for a new one); with
     `fsync`, its data is on disk before the rename (power-loss safety, at a cost). A missing
-    directory is an error unless `make_parents`.
+    directory is an error unless `make_parents`. With `keep_same`, a file whose new bytes are
+    the ones it holds is left as it was (`committed` then False).
     """
 
     def __init__(
@@ -34,10 +42,14 @@ class AtomicFile:
         buffering: int = 1 << 20,
         suffix: str = ".tmp",
         make_parents: bool = False,
+        keep_same: bool = False,
     ) -> None:
         self.path = Path(path)
         self._fsync = fsync
+        self._keep_same = keep_same
         self._done = False
+        #: Whether `commit` put a new file in place (False: the same bytes were there).
+        self.committed = False
         try:
             if make_parents:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +79,9 @@ class AtomicFile:
         self._done = True
         try:
             self.file.flush()
+            if self._keep_same and same_bytes(self.tmp, self.path):
+                self._remove()
+                return
             if self._fsync:
                 os.fsync(self.file.fileno())
             self.file.close()
@@ -76,6 +91,7 @@ class AtomicFile:
                 mode = 0o644
             os.chmod(self.tmp, mode)
             os.replace(self.tmp, self.path)
+            self.committed = True
             if self._fsync:
                 fsync_dir(self.path.parent)
         except BaseException:
@@ -108,6 +124,35 @@ class AtomicFile:
             self.commit()
         else:
             self.abort()
+
+
+def same_bytes(new: Path, old: Path) -> bool:
+    """Whether the file `old` holds exactly the bytes of `new` (False when it cannot be read,
+    or is not a regular file). Sizes first: a file that changed is most often told by them, or
+    by its first block (a document's header holds its time)."""
+    try:
+        with open(new, "rb") as a, open(old, "rb") as b:
+            a_stat, b_stat = os.fstat(a.fileno()), os.fstat(b.fileno())
+            if b_stat.st_size != a_stat.st_size or not stat.S_ISREG(b_stat.st_mode):
+                return False
+            while True:
+                chunk = a.read(_COMPARED)
+                if chunk != b.read(_COMPARED):
+                    return False
+                if not chunk:
+                    return True
+    except OSError:
+        return False
+
+
+def replace_unless_same(new: Path, target: Path) -> bool:
+    """`os.replace(new, target)`, unless `target` holds the same bytes: then `new` is removed
+    and `target` left as it was. Whether `target` was replaced."""
+    if same_bytes(new, target):
+        new.unlink()
+        return False
+    os.replace(new, target)
+    return True
 
 
 def fsync_dir(directory: Path) -> None:

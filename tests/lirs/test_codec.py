@@ -366,6 +366,23 @@ def test_failed_write_leaves_the_old_file_in_place(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["antenna.lirs"]
 
 
+@pytest.mark.parametrize("name", ["antenna.lirs", "antenna.lirs.gz"])
+def test_the_same_records_again_leave_the_file_as_it_was(tmp_path: Path, name: str) -> None:
+    # An antenna polls a LIRS file by its Last-Modified: written again with the same records,
+    # the file (and its time) stays; other records replace it.
+    path = tmp_path / name
+    write_records(path, JAPANESE)
+    os.utime(path, (1_000_000_000, 1_000_000_000))
+    before = path.stat()
+    write_records(path, JAPANESE)
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    write_records(path, JAPANESE[:1])
+    assert path.stat().st_mtime_ns != before.st_mtime_ns
+    assert read_all(path)[0] == JAPANESE[:1]
+    assert sorted(os.listdir(tmp_path)) == [name]
+
+
 def test_writer_refuses_what_readers_would_refuse(tmp_path: Path) -> None:
     for bad in (
         Record(-1, 2, 0, 0, "http://x/"),

@@ -8,6 +8,7 @@ import hashlib
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -15,6 +16,8 @@ from resourcesync.cli import main
 from resourcesync.sitemap import read_document
 from resourcesync.source.config import ConfigError, PublishConfig, SetConfig, parse_every
 from resourcesync.source.publish import publish
+from resourcesync.source.server import create_app
+from tests.servers import serve
 from tests.source.history import Clock, check_history
 
 BASE = "http://example.org/data/"
@@ -51,18 +54,24 @@ def files(data: Path) -> dict[str, tuple[int, str]]:
     }
 
 
-def at_of(tmp_path: Path, name: str = "resourcelist.xml") -> object:
-    doc, _ = read_document(tmp_path / "out" / "set1" / name)
-    return doc.at
-
-
-def test_by_default_a_run_with_few_changes_writes_the_change_list_only(tmp_path: Path) -> None:
+def five_files_published(tmp_path: Path) -> tuple[Path, Clock]:
+    """A set of five files, published once (the default policy); its directory and clock."""
     data = tmp_path / "data"
     data.mkdir()
     for i in range(5):
         (data / f"f{i}.txt").write_text(f"file {i}")
     clock = Clock()
     publish(config(tmp_path), clock=clock)
+    return data, clock
+
+
+def at_of(tmp_path: Path, name: str = "resourcelist.xml") -> object:
+    doc, _ = read_document(tmp_path / "out" / "set1" / name)
+    return doc.at
+
+
+def test_by_default_a_run_with_few_changes_writes_the_change_list_only(tmp_path: Path) -> None:
+    data, clock = five_files_published(tmp_path)
     first = at_of(tmp_path)
     dump = at_of(tmp_path, "resourcedump.xml")
     (data / "f1.txt").write_text("changed")
@@ -186,3 +195,46 @@ def test_a_policy_that_means_nothing_is_refused(tmp_path: Path, text: str) -> No
     assert result.exit_code == 2, result.output
     assert "not a" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_document_written_again_the_same_keeps_its_time_and_is_not_fetched_again(
+    tmp_path: Path,
+) -> None:
+    """A re-run rewrote the Capability List, the archives and the Source Description with the
+    same bytes: their modification time, a server's Last-Modified and ETag, changed on every
+    cron run, and a Destination polling them with conditional GETs fetched them every time.
+    Now only what changed is written: nothing, then the Change List alone."""
+    data, clock = five_files_published(tmp_path)
+    (data / "f1.txt").write_text("changed")
+    publish(config(tmp_path), clock=clock)
+    out = tmp_path / "out"
+
+    def served() -> dict[str, tuple[int, bytes]]:
+        return {
+            p.relative_to(out).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(out.rglob("*"))
+            if p.is_file() and ".resourcesync" not in p.parts
+        }
+
+    before = served()
+    assert {"set1/capabilitylist.xml", "set1/changelist.xml", ".well-known/resourcesync"} <= set(
+        before
+    )
+    with serve(create_app(out)) as base, httpx.Client(base_url=base) as http:
+        tags = {name: http.get("/" + name).headers["etag"] for name in before}
+        publish(config(tmp_path), clock=clock)
+        assert served() == before
+        for name, tag in tags.items():
+            again = http.get("/" + name, headers={"If-None-Match": tag})
+            assert again.status_code == 304, name
+        (data / "f2.txt").write_text("changed too")
+        publish(config(tmp_path), clock=clock)
+        after = served()
+        changed = {name for name in before if after.get(name) != before[name]}
+        assert changed == {"set1/changelist.xml"}, changed
+        assert (
+            http.get(
+                "/set1/changelist.xml", headers={"If-None-Match": tags["set1/changelist.xml"]}
+            ).status_code
+            == 200
+        )

@@ -849,7 +849,9 @@ class LirsWriter:
             path = os.fspath(target)
             if compress is None:
                 compress = path.endswith(".gz")
-            self._atomic = AtomicFile(path, fsync=True, suffix=".lirs")
+            # The same records again leave the file as it was (an antenna polls it by its
+            # Last-Modified): gzip is written with mtime 0, so its bytes are the same too.
+            self._atomic = AtomicFile(path, fsync=True, suffix=".lirs", keep_same=True)
             self._raw = self._atomic.file
             inner = os.path.basename(path)
         else:

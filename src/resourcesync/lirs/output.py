@@ -230,5 +230,5 @@ td {{ padding: 0.2em 0.6em; }} td.t {{ white-space: nowrap; font-family: monospa
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    with AtomicFile(path, fsync=True) as f:
+    with AtomicFile(path, fsync=True, keep_same=True) as f:
         f.write(data)

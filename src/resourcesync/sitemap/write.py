@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import IO
 from urllib.parse import urljoin
 
-from ..atomic import AtomicFile
+from ..atomic import AtomicFile, replace_unless_same
 from ..errors import FormatError
 from ..hashing import format_hashes
 from ..model import CHANGE_CAPABILITIES, RS_NS, SITEMAP_NS, Document, Link, Resource
@@ -280,7 +280,9 @@ class DocumentWriter:
         self._closed = False
         self._atomic: AtomicFile | None = None
         if isinstance(target, str | os.PathLike):
-            self._atomic = AtomicFile(target, fsync=fsync, make_parents=True)
+            # The same document again is left as it was, its time of change with it (a
+            # Destination's conditional GET of it is then answered "not modified").
+            self._atomic = AtomicFile(target, fsync=fsync, make_parents=True, keep_same=True)
             self._out: IO[bytes] = self._atomic.file
         else:
             self._out = target
@@ -486,13 +488,13 @@ def write_split(
             writer = None
             if part_doc != document:
                 _rewrite_header(staged_path(1), part_doc, document, spec_version)
-            os.replace(staged_path(1), target)
+            replace_unless_same(staged_path(1), target)
             _remove_parts_from(target, 1)
             return SplitResult(path=target, url=url, index=False, count=total)
         close_part(writer, len(parts) + 1, final=True)
         writer = None
         for tmp, final in staged:
-            os.replace(tmp, final)
+            replace_unless_same(tmp, final)
         index_doc = document.replace(index=True)
         with DocumentWriter(target, index_doc, spec_version=spec_version, fsync=fsync) as iw:
             for part in parts:
