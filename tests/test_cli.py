@@ -817,9 +817,9 @@ def test_a_signal_once_the_command_is_done_keeps_its_exit_code(tmp_path: Path) -
 
 
 def _program_end(tmp_path: Path, argv: list[str], before: str = "") -> tuple[int, str, set[str]]:
-    """Run the program (`cli.run`, as its console script does) on `argv` after `before`, with
-    an exit function and a module-level object's finalizer that each leave a mark; its exit
-    code, its output, and the marks left."""
+    """Run the program (`_program.entry`, as its console script does) on `argv` after
+    `before`, with an exit function and a module-level object's finalizer that each leave a
+    mark; its exit code, its output, and the marks left."""
     marks = tmp_path / "marks"
     marks.mkdir(exist_ok=True)
     program = (
@@ -829,9 +829,9 @@ def _program_end(tmp_path: Path, argv: list[str], before: str = "") -> tuple[int
         "class Late:\n"
         "    def __del__(self):\n"
         "        (MARKS / 'teardown').touch()\n"
-        "late = Late()\n" + before + "from resourcesync.cli import run\n"
+        "late = Late()\n" + before + "from resourcesync._program import entry\n"
         f"sys.argv = ['resourcesync', *{argv!r}]\n"
-        "run()\n"
+        "entry()\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=60

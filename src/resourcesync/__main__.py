@@ -1,5 +1,5 @@
 """`python -m resourcesync` runs the command line."""
 
-from ._program import main
+from ._program import entry
 
-main()
+entry()

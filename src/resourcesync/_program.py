@@ -4,11 +4,18 @@ It imports nothing of the command line before it can answer a Ctrl-C: one presse
 program loads (the command line, then the command's own module) ends it as one pressed later
 does — "resourcesync: interrupted", exit 130 — not with the traceback of the import it
 interrupted.
+
+`entry` is the process's own entry (the console script, `python -m resourcesync`): `main`,
+then the process ended as soon as the command is done (`end`). `main` alone raises SystemExit
+as any click program does, for a caller that goes on after it.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import threading
 
 #: 128 + SIGINT, as a shell reports a command that Ctrl-C stopped.
 INTERRUPTED = 130
@@ -26,3 +33,35 @@ def main() -> None:
         # Only while the program loads: a command's own handling says the same from then on.
         sys.stderr.write("resourcesync: interrupted\n")
         sys.exit(INTERRUPTED)
+
+
+def entry() -> None:
+    """The `resourcesync` process: `main`, then `end`."""
+    try:
+        main()
+    except SystemExit as done:
+        end(done)
+        raise
+
+
+def end(done: SystemExit) -> None:
+    """End the process with the command's exit code as soon as it is done: its exit functions
+    run and its output is flushed, as at any exit, but the interpreter does not then tear down
+    every module and object it loaded, which only gives memory back to a process about to
+    end (20 ms of a 0.3 s `publish` re-run, issue 15.3; the same for every short command).
+    Nothing of ours waits for that teardown: every file, state database and connection is
+    closed by the command that opened it (`with`), never by a finalizer.
+
+    Only when no other thread is alive (the interpreter would wait for one) and the code is a
+    number; otherwise, and when the output cannot be flushed (then said by the interpreter as
+    it would be), the usual exit."""
+    code = 0 if done.code is None else done.code
+    if type(code) is not int or threading.active_count() > 1:
+        return
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code)

@@ -9,9 +9,7 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
-import os
 import sys
-import threading
 from typing import Any
 
 import click
@@ -113,43 +111,14 @@ def run() -> None:
     20,000 resources; 0.013 s after), `validate` 7 % of a 50,000-entry list. The older
     generations keep their thresholds, so garbage held in cycles is still found and a process
     that runs for months (`sync --follow`, `source`, `hub`, `worker`) does not grow. A program
-    that embeds the library keeps its own settings.
-
-    Once the command is done, the process ends without tearing its modules down (`_end`)."""
+    that embeds the library keeps its own settings."""
     from ._common import as_program, hold_signals_at_exit
 
     as_program()
     # Registered first, so run last of the exit functions: see `hold_signals_at_exit`.
     atexit.register(hold_signals_at_exit)
     gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])
-    try:
-        main()
-    except SystemExit as exc:
-        _end(exc)
-        raise
-
-
-def _end(done: SystemExit) -> None:
-    """End the process with the command's exit code as soon as it is done: its exit functions
-    run and its output is flushed, as at any exit, but the interpreter does not then tear down
-    every module and object it loaded, which only gives memory back to a process about to
-    end (20 ms of a 0.3 s `publish` re-run, issue 15.3; the same for every short command).
-    Nothing of ours waits for that teardown: every file, state database and connection is
-    closed by the command that opened it (`with`), never by a finalizer.
-
-    Only when no other thread is alive (the interpreter would wait for one, or a daemon's
-    work would be cut short all the same) and the code is a number; otherwise, and when the
-    output cannot be flushed (said by the interpreter as it would be), the usual exit."""
-    code = 0 if done.code is None else done.code
-    if type(code) is not int or threading.active_count() > 1:
-        return
-    atexit._run_exitfuncs()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        return
-    os._exit(code)
+    main()
 
 
 __all__ = ["main", "run"]
