@@ -75,3 +75,12 @@ def test_replace_unless_same(tmp_path: Path) -> None:
     new.write_bytes(b"diff")
     assert replace_unless_same(new, target)
     assert not new.exists() and target.read_bytes() == b"diff"
+
+
+def test_keep_same_replaces_a_symbolic_link_whatever_it_points_to(tmp_path: Path) -> None:
+    elsewhere, target = tmp_path / "elsewhere.xml", tmp_path / "doc.xml"
+    elsewhere.write_bytes(b"same")
+    target.symlink_to(elsewhere)
+    with AtomicFile(target, keep_same=True) as f:
+        f.write(b"same")
+    assert f.committed and not target.is_symlink() and target.read_bytes() == b"same"

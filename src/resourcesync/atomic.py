@@ -128,12 +128,14 @@ class AtomicFile:
 
 def same_bytes(new: Path, old: Path) -> bool:
     """Whether the file `old` holds exactly the bytes of `new` (False when it cannot be read,
-    or is not a regular file). Sizes first: a file that changed is most often told by them, or
-    by its first block (a document's header holds its time)."""
+    or is not a regular file: a symbolic link is replaced, as always). Sizes first: a file that
+    changed is most often told by them, or by its first block (a document's header holds its
+    time)."""
     try:
-        with open(new, "rb") as a, open(old, "rb") as b:
-            a_stat, b_stat = os.fstat(a.fileno()), os.fstat(b.fileno())
-            if b_stat.st_size != a_stat.st_size or not stat.S_ISREG(b_stat.st_mode):
+        if not stat.S_ISREG(os.lstat(old).st_mode):
+            return False
+        with open(new, "rb") as a, open(old, "rb", opener=_no_follow) as b:
+            if os.fstat(b.fileno()).st_size != os.fstat(a.fileno()).st_size:
                 return False
             while True:
                 chunk = a.read(_COMPARED)
@@ -143,6 +145,10 @@ def same_bytes(new: Path, old: Path) -> bool:
                     return True
     except OSError:
         return False
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
 
 
 def replace_unless_same(new: Path, target: Path) -> bool:
