@@ -132,10 +132,9 @@ def same_bytes(new: Path, old: Path) -> bool:
     changed is most often told by them, or by its first block (a document's header holds its
     time)."""
     try:
-        if not stat.S_ISREG(os.lstat(old).st_mode):
-            return False
-        with open(new, "rb") as a, open(old, "rb", opener=_no_follow) as b:
-            if os.fstat(b.fileno()).st_size != os.fstat(a.fileno()).st_size:
+        with open(new, "rb") as a, open(old, "rb", opener=_regular_only) as b:
+            b_stat = os.fstat(b.fileno())
+            if not stat.S_ISREG(b_stat.st_mode) or b_stat.st_size != os.fstat(a.fileno()).st_size:
                 return False
             while True:
                 chunk = a.read(_COMPARED)
@@ -147,8 +146,10 @@ def same_bytes(new: Path, old: Path) -> bool:
         return False
 
 
-def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
+def _regular_only(path: str, flags: int) -> int:
+    """Open without following a symbolic link, nor waiting on a FIFO (`same_bytes` then sees
+    what it opened is no regular file)."""
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
 
 
 def replace_unless_same(new: Path, target: Path) -> bool:
