@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from tests.destination.helpers import cli, entry, hand_source, tree, urlset
+from tests.destination.helpers import cli, cli_json, entry, hand_source, tree, urlset
 
 DOCTYPE = (
     b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]>'
@@ -79,3 +79,27 @@ def test_a_closed_port_says_connection_refused(tmp_path: Path) -> None:
         line = _one_line(result.stderr)
         assert f"cannot connect to 127.0.0.1:{port}: connection refused" in line
         assert "no ResourceSync here" not in line
+
+
+def test_an_address_that_answers_an_error_is_said_when_its_site_is_synced(tmp_path: Path) -> None:
+    """A page of a site leads to its Source (core §8); an address that answers 404 is no page:
+    a mistyped list's URL had the whole site synced without a word. It still is (the site's
+    Source is what is there), with a warning naming the address and its answer; a real page
+    of the site says nothing."""
+    with hand_source() as src:
+        b = src.base
+        src.files["/a.txt"] = b"a"
+        src.publish([entry(b, "/a.txt", b"a")])
+        src.docs["/page.html"] = "<!DOCTYPE html><html><head><title>p</title></head></html>"
+        for command in ("sync", "audit"):
+            result = cli(command, f"{b}/resourcelst.xml", tmp_path / "dest")
+            assert result.exit_code == 0, result.output
+            warned = [line for line in result.stderr.splitlines() if "warning:" in line]
+            assert len(warned) == 1 and f"{b}/resourcelst.xml answered HTTP 404" in warned[0]
+            assert "(well-known URI) is synced instead" in warned[0]
+        assert tree(tmp_path / "dest") == {"a.txt": b"a"}
+        code, report = cli_json("audit", f"{b}/resourcelst.xml", tmp_path / "dest")
+        assert code == 0 and len(report["warnings"]) == 1, report
+        assert "answered HTTP 404" in report["warnings"][0]
+        result = cli("sync", f"{b}/page.html", tmp_path / "dest")
+        assert result.exit_code == 0 and "warning" not in result.stderr, result.stderr

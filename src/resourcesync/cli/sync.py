@@ -938,6 +938,9 @@ def audit(source: str, dest: Path, as_json: bool, verbose: bool, quiet: bool, **
 
     opts = _options(**o)
     report = run_audit(source, dest, opts, examples=None if verbose else 10)
+    if not quiet:
+        for warning in report.warnings:
+            click.echo(f"resourcesync: {warning}", err=True)
     if as_json:
         emit_json(report.to_json())
     elif not quiet:

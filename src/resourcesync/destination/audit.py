@@ -74,6 +74,7 @@ def audit(
             "hashes TEXT, gone INTEGER, lastmod TEXT, type TEXT)"
         )
         for s in info.sets:
+            report.warnings += (f"{s.capabilitylist or s.name}: {w}" for w in s.warnings())
             _expected_state(s, db, client, opts, work)
         # Every local path accounted for (expected, or already reported as extra).
         db.execute("CREATE TABLE accounted (path TEXT PRIMARY KEY)")

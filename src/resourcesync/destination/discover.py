@@ -213,7 +213,8 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
             raise ReadError(f"not a valid URL: {exc}", source=source) from None
     base = source if (not local and urlsplit(source).path in ("", "/")) else ""
     # A site root is a page, not a document: discovery starts at once (well-known first).
-    got = None if base else _try_document(source, client)
+    given: list[ReadError] = []
+    got = None if base else _try_document(source, client, given)
     more: list[tuple[str, Document, list[Any]]] = []
     unread: list[str] = []
     if got is not None:
@@ -225,6 +226,15 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
         base = base or (source if source.endswith("/") else site_root(source))
         why: list[ReadError] = []
         found, how = _discover_site(source, client, why, unread)
+        refused = [e for e in given if isinstance(e, FetchError)]
+        if found is not None and refused:
+            # A page is a way into its site; an address that answered an HTTP error is no page
+            # (a mistyped list's URL): the site's documents are used, and that is said.
+            unread.insert(
+                0,
+                f"{source} answered {refused[0].message}: the Source found from its site "
+                f"({how}) is synced instead",
+            )
         if found is None:
             unusable = [e for e in why if not _absent(e)]
             if unusable:

@@ -144,6 +144,8 @@ class AuditReport:
     #: cannot say it is in sync.
     unknown: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
+    #: What discovery and the Capability Lists said, as a sync says it ("warning: …").
+    warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     #: Examples kept of each kind (None: every one).
     limit: int | None = field(default=EXAMPLES, repr=False)
