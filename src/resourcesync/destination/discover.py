@@ -227,9 +227,10 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
         why: list[ReadError] = []
         found, how = _discover_site(source, client, why, unread)
         refused = [e for e in given if isinstance(e, FetchError)]
-        if found is not None and refused:
+        if found is not None and refused and not source.endswith("/"):
             # A page is a way into its site; an address that answered an HTTP error is no page
-            # (a mistyped list's URL): the site's documents are used, and that is said.
+            # (a mistyped list's URL): the site's documents are used, and that is said. (One
+            # ending in "/" is the part of the site under it, whatever it answers.)
             unread.insert(
                 0,
                 f"{source} answered {refused[0].message}: the Source found from its site "
