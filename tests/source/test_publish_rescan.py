@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from resourcesync.source.inventory import DirectoryInventory
+from resourcesync.source.packed import UNSURE, Listing
 from resourcesync.source.scan import Scan, ScanResult
 from resourcesync.source.state import SetState
 
@@ -243,10 +244,10 @@ def test_a_few_changes_are_kept_as_the_listings_delta_until_it_grows(tmp_path: P
 
 
 def test_a_delta_over_a_listing_named_another_way_is_dropped_once(tmp_path: Path) -> None:
-    """A delta written by an earlier resourcesync (its listing named by BLAKE2b, not by length
-    and CRC-32) does not match the listing: it is dropped, the files it held are looked up
-    again (their stat differs from the listing), and nothing is journaled twice; a file changed
-    meanwhile is journaled once. The run after leaves a delta named the new way."""
+    """A delta that names its listing otherwise (as an earlier resourcesync did, by BLAKE2b,
+    not by length and CRC-32) does not match the listing: it is dropped, the files it held are
+    looked up again (their stat differs from the listing), and nothing is journaled twice; a
+    file changed meanwhile is journaled once. The run after leaves a delta named the new way."""
     import hashlib
     import marshal
 
@@ -263,10 +264,8 @@ def test_a_delta_over_a_listing_named_another_way_is_dropped_once(tmp_path: Path
         assert delta is not None
         _, grown = marshal.loads(delta)
         old_id = hashlib.blake2b(whole, digest_size=8).digest()
-        # As that resourcesync kept it: in the listing's row.
-        state.db.execute("DELETE FROM dir_deltas")
         state.db.execute(
-            "UPDATE dirs SET delta = ? WHERE path = 'd/'", (marshal.dumps((old_id, grown)),)
+            "UPDATE dir_deltas SET delta = ? WHERE path = 'd/'", (marshal.dumps((old_id, grown)),)
         )
         (data / "d" / "f002.txt").write_text("changed twice")
         run = Scan(state).run(DirectoryInventory(data, BASE), ["md5"], uri_base=BASE)
@@ -291,11 +290,18 @@ DAMAGES: dict[str, tuple[str, object]] = {
     "bytes": ("files", b"\xde\xad\xbe\xef"),
     "cut short": ("files", None),
     "another type": ("files", [1, 2]),
-    "an entry of another shape": ("files", {"f001.txt": [1, 2]}),
+    "a listing of dictionaries": ("files", {"f001.txt": (1, 2, 3, 4)}),
+    "names for other stats": ("files", ("f000.txt/f001.txt", b"\x00" * 32)),
+    "names out of order": (
+        "files",
+        ("/".join(f"f{i:03d}.txt" for i in reversed(range(20))), b"\x00" * 32 * 20),
+    ),
+    "a name listed twice": ("files", ("f000.txt/f000.txt", b"\x00" * 64)),
     "sub-directories": ("subdirs", b"\x00"),
-    "a delta of another shape": ("delta", (1, 2, 3)),
     "a delta kept apart, of another shape": ("dir_deltas.delta", (1, 2, 3)),
     "a delta kept apart, its bytes": ("dir_deltas.delta", b"\xde\xad"),
+    "a delta kept apart, a name of another shape": ("dir_deltas.delta", {"a/b": False}),
+    "a delta kept apart, a stat of another shape": ("dir_deltas.delta", {"f003.txt": b"x"}),
 }
 
 
@@ -316,6 +322,8 @@ def test_a_damaged_listing_costs_a_whole_comparison_never_a_wrong_snapshot(
     listings are made again for the next run."""
     import marshal
 
+    from resourcesync.source.listings import _listing_id
+
     data = tmp_path / "data"
     for d in ("d", "e"):
         (data / d).mkdir(parents=True)
@@ -329,6 +337,9 @@ def test_a_damaged_listing_costs_a_whole_comparison_never_a_wrong_snapshot(
         files, _ = listing_row(state, "d/")
         if bad is None:
             bad = files[: len(files) // 2]
+        elif column.startswith("dir_deltas.") and isinstance(bad, dict):
+            # Kept over the listing it names: read, not dropped.
+            bad = marshal.dumps((_listing_id(files), bad))
         elif not isinstance(bad, bytes):
             bad = marshal.dumps(bad)
         damage_listing(state, column, bad)
@@ -364,7 +375,7 @@ def rescan(state: SetState, data: Path) -> ScanResult:
 
 def test_a_listing_written_again_without_its_delta_drops_the_delta(tmp_path: Path) -> None:
     """A delta applies to the listing it was written over only: a listing written whole again
-    by a resourcesync that kept no deltas (or marked a file dirty in it) is taken as it is."""
+    by a writer that left the delta in place (a file marked dirty in it) is taken as it is."""
     import marshal
 
     data = forty_files(tmp_path)
@@ -375,14 +386,15 @@ def test_a_listing_written_again_without_its_delta_drops_the_delta(tmp_path: Pat
         rescan(state, data)
         files, delta = listing_row(state, "")
         assert delta is not None
-        # What an older resourcesync's mark_dirty did: the snapshot's row marked dirty, the
-        # listing read without the delta, the file set to None in it and written back; the
+        # A writer that left the delta in place: the snapshot's row marked dirty, the
+        # listing read without the delta, the file marked in it and written back; the
         # delta left as it was (it holds the new stats of f01 and f02: applied over this
         # listing, it would take f02 as unchanged and lose the mark).
         state.db.execute("UPDATE resources SET fingerprint = 'dirty' WHERE key = 'f02.txt'")
-        listing = marshal.loads(files)
-        listing["f02.txt"] = None
-        state.db.execute("UPDATE dirs SET files = ? WHERE path = ''", (marshal.dumps(listing),))
+        listing = Listing.load(marshal.loads(files), "").changed({"f02.txt": UNSURE})
+        state.db.execute(
+            "UPDATE dirs SET files = ? WHERE path = ''", (marshal.dumps(listing.parts()),)
+        )
         result = rescan(state, data)
         # The delta is dropped: f01 (its old stat in the listing) is looked up and found as
         # the snapshot holds it; f02 is read again and journaled: the dirty mark holds.
@@ -433,75 +445,58 @@ def first_delta(state: SetState, data: Path) -> bytes:
     return delta
 
 
-def traced_rescan(state: SetState, data: Path) -> tuple[ScanResult, list[str]]:
-    """A re-run, and the statements it gave SQLite."""
-    statements: list[str] = []
-    state.db.set_trace_callback(statements.append)
-    try:
-        return rescan(state, data), statements
-    finally:
-        state.db.set_trace_callback(None)
-
-
-def test_a_delta_kept_in_the_listings_row_is_applied_and_moved_apart(tmp_path: Path) -> None:
-    """A delta a resourcesync from before `dir_deltas` kept in the listing's row is applied
-    (the files it holds are not looked up again), and the next delta written takes it in: the
-    listing's row is left without it."""
+def test_listings_of_an_earlier_form_cost_one_whole_comparison(tmp_path: Path) -> None:
+    """Listings an earlier resourcesync kept (a dictionary of stat tuples a directory, its
+    delta in the listing's row, for the signature of that form) are not read: the first run
+    compares the tree whole with the snapshot — a file changed meanwhile is journaled once,
+    nothing else is read — and makes the listings again, packed; the run after reads
+    nothing."""
     import marshal
 
     data = forty_files(tmp_path)
     with SetState(tmp_path / "state.sqlite") as state:
-        delta = first_delta(state, data)
-        state.db.execute("DELETE FROM dir_deltas")
-        state.db.execute("UPDATE dirs SET delta = ? WHERE path = ''", (delta,))
-        (data / "f02.txt").write_text("changed too")
-        result, statements = traced_rescan(state, data)
+        rescan(state, data)
+        signature = state.get("dirs_for")
+        assert signature is not None and signature.startswith("(2, ")
+        files = {
+            name: None if st is None else st
+            for name, st in Listing.load(marshal.loads(listing_row(state, "")[0]), "").items()
+        }
+        files["f03.txt"] = (1, 2, 3, 4)  # would be taken for a change if it were read
+        state.db.execute(
+            "UPDATE dirs SET files = ?, delta = ? WHERE path = ''",
+            (marshal.dumps(files), marshal.dumps((b"x" * 8, {"f04.txt": (5, 6, 7, 8)}))),
+        )
+        state.put("dirs_for", "(1, " + signature[len("(2, ") :])
+        (data / "f01.txt").write_text("changed")
+        result = rescan(state, data)
         assert (result.rehashed, result.updated, result.unchanged) == (1, 1, 39)
-        looked_up = [s for s in statements if "FROM resources WHERE key IN" in s]
-        assert len(looked_up) == 1 and "f01.txt" not in looked_up[0], looked_up
-        row = state.db.execute("SELECT delta FROM dirs WHERE path = ''").fetchone()
-        assert row[0] is None
-        _, apart = listing_row(state, "")
-        assert apart is not None and set(marshal.loads(apart)[1]) == {"f01.txt", "f02.txt"}
+        assert not result.problems
+        assert state.get("dirs_for") == signature
+        listed = Listing.load(marshal.loads(listing_row(state, "")[0]), "")
+        assert len(listed) == 40 and listed.stat("f03.txt") != (1, 2, 3, 4)
         assert snapshot(state) == fresh(tmp_path, data)
         again = rescan(state, data)
         assert (again.rehashed, again.updated, again.unchanged) == (0, 0, 40)
 
 
-def test_a_delta_in_the_listings_row_is_the_later_of_two(tmp_path: Path) -> None:
-    """Both deltas present: the one in the listing's row was written by a resourcesync from
-    before `dir_deltas` that ran after this one (it read no delta kept apart), so it is
-    applied last: a file it recorded is not taken for changed."""
-    data = forty_files(tmp_path)
-    with SetState(tmp_path / "state.sqlite") as state:
-        earlier = first_delta(state, data)
-        (data / "f01.txt").write_text("changed again")
-        rescan(state, data)  # as the older resourcesync recorded it
-        _, later = listing_row(state, "")
-        state.db.execute("UPDATE dirs SET delta = ? WHERE path = ''", (later,))
-        state.db.execute("UPDATE dir_deltas SET delta = ? WHERE path = ''", (earlier,))
-        result, statements = traced_rescan(state, data)
-        assert (result.rehashed, result.updated, result.unchanged) == (0, 0, 40)
-        assert not [s for s in statements if "FROM resources WHERE key IN" in s]
-
-
-def test_a_dirty_mark_is_written_into_the_listing_itself(tmp_path: Path) -> None:
-    """`mark_dirty` writes the directory's listing whole, with the mark and any delta folded
-    in: a resourcesync from before `dir_deltas`, which reads the listing's row alone, reads
-    the file again too."""
+def test_a_dirty_mark_is_kept_in_the_listings_delta(tmp_path: Path) -> None:
+    """`mark_dirty` keeps the mark as a change of the listing (its delta, the listing's row
+    left as it was): the next scan reads the file again, whatever its stat."""
     import marshal
 
     data = forty_files(tmp_path)
     with SetState(tmp_path / "state.sqlite") as state:
-        delta = first_delta(state, data)
+        first_delta(state, data)
+        before, _ = listing_row(state, "")
         state.mark_dirty(["f05.txt"])
         files, apart = listing_row(state, "")
-        assert apart is None
-        listing = marshal.loads(files)
-        assert listing["f05.txt"] is None
-        assert listing["f01.txt"] == marshal.loads(delta)[1]["f01.txt"]
+        assert files == before and apart is not None
+        assert marshal.loads(apart)[1]["f05.txt"] == UNSURE
         result = rescan(state, data)
         assert (result.rehashed, result.updated, result.unchanged) == (1, 1, 39)
+        again = rescan(state, data)
+        assert (again.rehashed, again.updated, again.unchanged) == (0, 0, 40)
 
 
 def test_a_few_changes_in_a_large_directory_write_a_few_pages(tmp_path: Path) -> None:

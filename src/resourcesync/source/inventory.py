@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 from urllib.parse import quote
 
 from ..filters import PathFilter
+from .packed import Listing, Stat
 
 if TYPE_CHECKING:
     from .config import PublishConfig, SetConfig
@@ -65,10 +66,6 @@ def _types() -> mimetypes.MimeTypes:
 # RFC 3986 sub-delims, ':' and '@' may stand in a path segment; everything else is encoded.
 _SAFE = "/-._~!$&'()*+,;=:@"
 
-
-#: A file as a directory listing keeps it: (size, mtime_ns, inode, ctime_ns), the parts of its
-#: fingerprint.
-Stat = tuple[int, int, int, int]
 
 _BY_SUFFIX: dict[str, str] = {}
 # A compressed file is published as what it is (`a.tar.gz` is gzip data).
@@ -262,10 +259,11 @@ class DirectoryInventory:
 
     def signature(self, algorithms: Iterable[str]) -> str:
         """What decides which files this inventory yields and how they are described: a state
-        keeps its directory listings (`source/scan.py`) only while this stays the same."""
+        keeps its directory listings (`source/scan.py`) only while this stays the same. Its
+        first member names the form of the listings (2: `packed.Listing`)."""
         return repr(
             (
-                1,
+                2,
                 self._real_root,
                 self.base_url,
                 tuple(algorithms),
@@ -277,16 +275,16 @@ class DirectoryInventory:
             )
         )
 
-    def list_dir(self, directory: str, prefix: str) -> tuple[dict[str, Stat], list[str]] | None:
-        """One directory, not its sub-directories: its files as {name: (size, mtime_ns, inode,
-        ctime_ns)} and the names of its sub-directories (both as the walk would take them);
-        None when it cannot be read."""
+    def list_dir(self, directory: str, prefix: str) -> tuple[Listing, list[str]] | None:
+        """One directory, not its sub-directories: its files (their (size, mtime_ns, inode,
+        ctime_ns), packed) and the names of its sub-directories (both as the walk would take
+        them); None when it cannot be read."""
         listed = self._classify(directory, prefix)
         if listed is None:
             return None
         files, dirs = listed
         self.stats.files += len(files)
-        return files, [entry.name for entry in dirs]
+        return Listing.of(files), [entry.name for entry in dirs]
 
     def uri_prefix(self, prefix: str) -> str:
         """The URI of a directory (relative path `prefix`), which its files' URIs extend."""

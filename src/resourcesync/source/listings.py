@@ -1,18 +1,23 @@
 """The directory listings a Source's state keeps between scans (issue 15.3).
 
 A re-run compares each directory with the listing the last scan left (`SetState._scan_tree`):
-its files as {name: (size, mtime_ns, inode, ctime_ns)}, None for a file that must be compared
-again (racy, dirty), and its sub-directories. One row of the state's `dirs` table a directory,
-`marshal`led. A re-run that finds a few changes in a directory keeps them as the listing's
-delta instead of writing the listing again (after 1 % of 200,000 files changed, 200 listings
-were 11 MB to write and checkpoint); the listing is written whole when its delta passes an
-eighth of it. The delta is a row of its own (`dir_deltas`): SQLite writes a row again whole,
-its overflow pages included, whenever its size changes, so a delta kept in the listing's row
-cost every changed directory its whole listing read back and written again (the 11 MB the
-delta was to spare: 69 MB written in all for 2,000 changes among 200,000 files).
+its files as a `packed.Listing` (names sorted, stats packed; a file that must be compared again
+(racy, dirty) as `UNSURE`), and its sub-directories. One row of the state's `dirs` table a
+directory, `marshal`led. A re-run that finds a few changes in a directory keeps them as the
+listing's delta instead of writing the listing again (after 1 % of 200,000 files changed, 200
+listings were 11 MB to write and checkpoint); the listing is written whole when its delta
+passes an eighth of it. The delta is a row of its own (`dir_deltas`): SQLite writes a row
+again whole, its overflow pages included, whenever its size changes, so a delta kept in the
+listing's row cost every changed directory its whole listing read back and written again (the
+11 MB the delta was to spare: 69 MB written in all for 2,000 changes among 200,000 files).
 
-Ground floor of the Source's state: imports only the inventory's types (and, to look at a
-state before it is opened, `peek`, the SQLite habits).
+Listings of another form (the dictionaries of tuples of a resourcesync from before
+`packed.Listing`, with their deltas in the listing's row) are never read: the inventory's
+signature names the form, and a state whose listings were kept for another signature is
+compared whole with the snapshot once, its listings made again (`Scan.run`).
+
+Ground floor of the Source's state: imports only the packed listing (and, to look at a state
+before it is opened, `peek`, the SQLite habits).
 """
 
 from __future__ import annotations
@@ -24,97 +29,75 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .inventory import Stat
+from .packed import GONE, SIZE, UNSURE, Listing, ListingDamaged, record
 
-__all__ = ["Cached", "Delta", "Listing", "ListingDamaged", "Listings", "peek", "stat_of"]
+__all__ = ["Cached", "Delta", "Listing", "ListingDamaged", "Listings", "peek", "record_of"]
 
-Listing = dict[str, Stat | None]
-#: Names changed since the listing was written whole: their stat, None, or `_GONE`.
-Delta = dict[str, Stat | bool | None]
-#: A directory's listing as read: its bytes, its sub-directories' bytes, a delta kept in the
-#: listing's row (by a resourcesync from before `dir_deltas`), the delta kept apart.
-Cached = tuple[bytes, bytes, bytes | None, bytes | None]
+#: Names changed since the listing was written whole: their record, or `GONE`.
+Delta = dict[str, bytes | bool]
+#: A directory's listing as read: its bytes, its sub-directories' bytes, its delta's bytes.
+Cached = tuple[bytes, bytes, bytes | None]
 
-#: A name gone from a directory, in a listing's delta.
-_GONE = False
 #: The number of changes a listing's delta may always hold before it is written whole.
 _DELTA_MIN = 16
 
 
-def stat_of(fingerprint: str | None) -> Stat | None:
-    """A file fingerprint (`inventory.file_fingerprint`) as a listing keeps it; None for one
-    that must be compared again (racy, dirty, not recorded, or not a file's)."""
+def record_of(fingerprint: str | None) -> bytes:
+    """A file fingerprint (`inventory.file_fingerprint`) as a listing keeps it: `UNSURE` for
+    one that must be compared again (racy, dirty, not recorded, or not a file's)."""
     if fingerprint is None:
-        return None
+        return UNSURE
     parts = fingerprint.split(":")
     if len(parts) != 4:
-        return None
+        return UNSURE
     try:
         size, mtime_ns, ino, ctime_ns = (int(p) for p in parts)
-    except ValueError:
-        return None
-    return size, mtime_ns, ino, ctime_ns
+        return record((size, mtime_ns, ino, ctime_ns))
+    except (ValueError, OverflowError):
+        return UNSURE
 
 
 def _listing_id(blob: bytes) -> bytes:
     """What names a listing's bytes, for its delta: their length and CRC-32 (18 µs a 55 KB
     listing, against 89 µs for 8 bytes of BLAKE2b: it is taken twice a changed directory on
     every re-run). It guards against a listing written whole by a writer that left the delta
-    in place, not against an adversary; a delta named otherwise (an earlier resourcesync's
-    BLAKE2b) is dropped once, and the files it held are compared again."""
+    in place, not against an adversary; a delta named otherwise is dropped, and the files it
+    held are compared again."""
     return len(blob).to_bytes(4, "little") + zlib.crc32(blob).to_bytes(4, "little")
 
 
-class ListingDamaged(Exception):
-    """A listing the state keeps cannot be read (its bytes damaged, or written by something
-    else): the scan compares the tree whole with the snapshot instead, and makes the listings
-    again (`Scan.run`)."""
-
-    def __init__(self, prefix: str, why: str) -> None:
-        super().__init__(f"{prefix or './'}: {why}")
-
-
-def _loads(blob: bytes, kind: type, prefix: str) -> Any:
-    """A listing's part (`kind`: dict for its files, tuple for its delta, list for its
-    sub-directories) as `marshal` left it."""
+def _loads(blob: bytes, prefix: str) -> Any:
     try:
-        value = marshal.loads(blob)
+        return marshal.loads(blob)
     except (ValueError, EOFError, TypeError) as exc:
         raise ListingDamaged(prefix, str(exc)) from None
-    if type(value) is not kind:
-        raise ListingDamaged(prefix, f"a {type(value).__name__} where a {kind.__name__} was kept")
+
+
+def _subdirs(blob: bytes, prefix: str) -> list[str]:
+    value = _loads(blob, prefix)
+    if type(value) is not list:
+        raise ListingDamaged(prefix, f"a {type(value).__name__} where sub-directories were kept")
     return value
 
 
-def _applied(cached: Cached | None, prefix: str = "") -> tuple[Listing, Delta | None]:
-    """A directory's listing as the last scan left it, and the delta applied to it (None:
-    none). A delta applies to the listing it was written over only (a digest of its bytes): a
-    listing written whole again by a resourcesync that kept no deltas drops it. A delta in the
-    listing's row was written by a resourcesync from before `dir_deltas`, after the one kept
-    apart (which it did not read): it is the later of the two, applied last."""
-    if cached is None:
-        return {}, None
-    files: Listing = _loads(cached[0], dict, prefix)
-    if cached[2] is None and cached[3] is None:
-        return files, None
-    over_id = _listing_id(cached[0])
-    applied: Delta | None = None
-    for blob in (cached[3], cached[2]):
-        if blob is None:
-            continue
-        kept = _loads(blob, tuple, prefix)
-        if len(kept) != 2 or type(kept[1]) is not dict:
+def _delta(blob: bytes, over: bytes, prefix: str) -> Delta | None:
+    """The delta `blob` kept over the listing whose bytes are `over`; None when it was kept
+    over other bytes (a listing written whole since by a writer that left it in place)."""
+    kept = _loads(blob, prefix)
+    if type(kept) is not tuple or len(kept) != 2 or type(kept[1]) is not dict:
+        raise ListingDamaged(prefix, "a delta of another shape")
+    if kept[0] != _listing_id(over):
+        return None
+    delta: Delta = kept[1]
+    for name, rec in delta.items():
+        if (
+            type(name) is not str
+            or not name
+            or "/" in name
+            or not (rec is GONE or (type(rec) is bytes and len(rec) == SIZE))
+        ):
             raise ListingDamaged(prefix, "a delta of another shape")
-        over, delta = kept
-        if over != over_id:
-            continue
-        for name, st in delta.items():
-            if st is False:  # _GONE
-                files.pop(name, None)
-            else:
-                files[name] = st
-        applied = delta if applied is None else {**applied, **delta}
-    return files, applied
+    return delta
 
 
 def peek(path: Path, signature: str) -> list[tuple[str, int]]:
@@ -150,15 +133,19 @@ class Listings:
 
     def read(self, prefix: str) -> tuple[Cached | None, Listing, Delta | None, list[str]]:
         """The row of the directory `prefix` (None when none is kept), its files with the
-        delta applied, the delta, and its sub-directories."""
+        delta applied, the delta (None: none), and its sub-directories."""
         cached: Cached | None = self.db.execute(
-            "SELECT d.files, d.subdirs, d.delta, x.delta FROM dirs AS d "
+            "SELECT d.files, d.subdirs, x.delta FROM dirs AS d "
             "LEFT JOIN dir_deltas AS x ON x.path = d.path WHERE d.path = ?",
             (prefix,),
         ).fetchone()
-        files, delta = _applied(cached, prefix)
-        subdirs: list[str] = _loads(cached[1], list, prefix) if cached else []
-        return cached, files, delta, subdirs
+        if cached is None:
+            return None, Listing.EMPTY, None, []
+        files = Listing.load(_loads(cached[0], prefix), prefix)
+        delta = None if cached[2] is None else _delta(cached[2], cached[0], prefix)
+        if delta:
+            files = files.changed(delta)
+        return cached, files, delta, _subdirs(cached[1], prefix)
 
     def store(
         self,
@@ -178,27 +165,22 @@ class Listings:
         if cached is not None and not whole:
             grown = dict(delta) if delta else {}
             for name in differ:
-                grown[name] = files.get(name, _GONE)
+                rec = files.record(name)
+                grown[name] = GONE if rec is None else rec
             if len(grown) <= max(_DELTA_MIN, len(files) // 8):
                 blob = marshal.dumps((_listing_id(cached[0]), grown))
                 self.db.execute(
                     "INSERT OR REPLACE INTO dir_deltas (path, delta) VALUES (?, ?)", (prefix, blob)
                 )
-                # The listing's row is written only when what it holds changes: its
-                # sub-directories, or a delta of before `dir_deltas`, now folded into this one.
+                # The listing's row is written only when its sub-directories change.
                 if subdirs is not None:
-                    self.db.execute(
-                        "UPDATE dirs SET subdirs = ?, delta = NULL WHERE path = ?",
-                        (marshal.dumps(subdirs), prefix),
-                    )
-                elif cached[2] is not None:
-                    self.db.execute("UPDATE dirs SET delta = NULL WHERE path = ?", (prefix,))
+                    self.set_subdirs(prefix, subdirs)
                 return
         if subdirs is None:
-            subdirs = _loads(cached[1], list, prefix) if cached is not None else []
+            subdirs = _subdirs(cached[1], prefix) if cached is not None else []
         self.db.execute(
             "INSERT OR REPLACE INTO dirs (path, files, subdirs, delta) VALUES (?, ?, ?, NULL)",
-            (prefix, marshal.dumps(files), marshal.dumps(subdirs)),
+            (prefix, marshal.dumps(files.parts()), marshal.dumps(subdirs)),
         )
         self.db.execute("DELETE FROM dir_deltas WHERE path = ?", (prefix,))
 
@@ -242,12 +224,16 @@ class Listings:
         self.forget()
         subdirs: dict[str, set[str]] = {"": set()}
         current: str | None = None
-        files: Listing = {}
+        names: list[str] = []
+        records: list[bytes] = []
         batch: list[tuple[str, bytes, bytes]] = []
+        empty = marshal.dumps([])
 
         def close() -> None:
             if current is not None:
-                batch.append((current, marshal.dumps(files), marshal.dumps([])))
+                # The rows come in key order, so a directory's names come sorted.
+                files = Listing("/".join(names), b"".join(records), names)
+                batch.append((current, marshal.dumps(files.parts()), empty))
                 if len(batch) >= 500:
                     write()
 
@@ -258,7 +244,7 @@ class Listings:
         for prefix, key, fingerprint in rows:
             if prefix != current:
                 close()
-                current, files = prefix, {}
+                current, names, records = prefix, [], []
                 # Every directory up to the root holds the next one.
                 child = prefix
                 while child:
@@ -267,23 +253,23 @@ class Listings:
                     subdirs.setdefault(parent, set()).add(child[len(parent) : -1])
                     subdirs.setdefault(child, set())
                     child = parent
-            files[key[len(prefix) :]] = stat_of(fingerprint)
+            names.append(key[len(prefix) :])
+            records.append(record_of(fingerprint))
         close()
         write()
-        for prefix, names in subdirs.items():
+        nothing = marshal.dumps(Listing.EMPTY.parts())
+        for prefix, below in subdirs.items():
             self.db.execute(
                 "INSERT INTO dirs (path, files, subdirs) VALUES (?, ?, ?) "
                 "ON CONFLICT (path) DO UPDATE SET subdirs = excluded.subdirs",
-                (prefix, marshal.dumps({}), marshal.dumps(sorted(names))),
+                (prefix, nothing, marshal.dumps(sorted(below))),
             )
 
     def mark(self, key: str) -> None:
-        """The file `key` is to be compared again by the next scan, whatever its stat. The
-        listing is written whole with the mark: a resourcesync from before `dir_deltas`, which
-        reads no delta kept apart, sees the mark too."""
+        """The file `key` is to be compared again by the next scan, whatever its stat."""
         head, _, name = key.rpartition("/")
         prefix = head + "/" if head else ""
         cached, files, delta, _ = self.read(prefix)
         if name in files:
-            files[name] = None
-            self.store(prefix, cached, delta, files, (name,), None, whole=True)
+            files = files.changed({name: UNSURE})
+            self.store(prefix, cached, delta, files, (name,), None)

@@ -4,7 +4,7 @@ The walk (a `scandir` and an `lstat` a file) is most of what a re-run costs, and
 core busy while the other waits: a scan compares each directory with its listing, reads and
 hashes what changed and writes the state, one directory after the other. A forked child walks
 the directories the state knows, in the order the scan asks for them, and hands each listing
-over through a pipe (`marshal`led, as the state keeps them) while the scan compares the ones
+over through a pipe (`marshal`led, packed as the state keeps them) while the scan compares the ones
 before it; when the scan would wait for it, the scan lists the next directory itself (the two
 share the walk: `ListingPrefetch`). The pipe bounds how far the child runs ahead, so memory
 does not grow with the tree: the scan holds at most a pipe's worth of listings it has not
@@ -42,23 +42,25 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .inventory import DirectoryInventory, ScanStats, Stat
+from .inventory import DirectoryInventory, ScanStats
 from .listings import peek
+from .packed import Listing
 
 if TYPE_CHECKING:
     from .config import PublishConfig
 
 __all__ = ["ListingPrefetch", "head_start", "scan_order", "usable"]
 
-#: Below this many files (as the state's listings measure them) a re-run walks on its own: the
-#: fork and the pipe would cost more than the walk they share.
-MIN_BYTES = 200_000
+#: Below this many files (as the state's listings measure them: about 45 bytes a file, 32 of
+#: them its stat) a re-run walks on its own: the fork and the pipe would cost more than the
+#: walk they share.
+MIN_BYTES = 150_000
 #: How much of the child's work the pipe holds (Linux allows an unprivileged process up to
 #: /proc/sys/fs/pipe-max-size, 1 MiB by default): about twenty directories of 1,000 files.
 PIPE_BYTES = 1 << 20
 _HEADER = 4
 
-Listed = tuple[dict[str, Stat], list[str]] | None
+Listed = tuple[Listing, list[str]] | None
 #: A directory's rank in the scan's order, its listing, and what listing it noted.
 Frame = tuple[int, Listed, tuple[Any, ...]]
 
@@ -214,7 +216,8 @@ class ListingPrefetch:
             inventory.stats = ScanStats()
             directory = os.path.join(root, prefix) if prefix else root
             listed = inventory.list_dir(directory, prefix)
-            blob = marshal.dumps((rank, listed, _notes(inventory.stats)))
+            sent = None if listed is None else (listed[0].text, listed[0].stats, listed[1])
+            blob = marshal.dumps((rank, sent, _notes(inventory.stats)))
             data = len(blob).to_bytes(_HEADER, "little") + blob
             view = memoryview(data)
             while view:
@@ -284,11 +287,12 @@ class ListingPrefetch:
                 size = int.from_bytes(buffer[:_HEADER], "little")
                 if len(buffer) >= _HEADER + size:
                     try:
-                        rank, listed, notes = marshal.loads(buffer[_HEADER : _HEADER + size])
+                        rank, sent, notes = marshal.loads(buffer[_HEADER : _HEADER + size])
                     except (ValueError, EOFError, TypeError):
                         self._stop()
                         return None
                     del buffer[: _HEADER + size]
+                    listed = None if sent is None else (Listing(sent[0], sent[1]), sent[2])
                     return rank, listed, notes
             try:
                 chunk = os.read(fd, PIPE_BYTES)

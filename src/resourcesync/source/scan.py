@@ -18,15 +18,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from ..errors import ResourceSyncError
 from ..hashing import MultiHasher, format_hashes, parse_hashes
 from ..model import Resource
 from ..sitemap.write import entry_xml
 from ..w3cdt import format_w3c, parse_w3c
-from .inventory import DirectoryInventory, Item, ScanStats, Stat, file_fingerprint
-from .listings import ListingDamaged, stat_of
+from .inventory import DirectoryInventory, Item, ScanStats, file_fingerprint
+from .listings import ListingDamaged, record_of
+from .packed import Listing, unpack
 from .prefetch import ListingPrefetch
 from .state import DIRTY, TICK, SetState, StateError, change_resource
 
@@ -348,44 +349,48 @@ class Scan:
                 # handle): what was published of it stays as it was, listing included, and
                 # the next run looks again. Its deletion would be published otherwise.
                 continue
-            files, subdirs = listed if listed is not None else ({}, [])
+            files, subdirs = listed if listed is not None else (Listing.EMPTY, [])
             cached, old_files, delta, old_subdirs = listings.read(prefix)
             if unknown:
                 # A name that could not be looked at keeps the state it was published with.
-                into = cast("dict[str, Stat | None]", files)
-                for name, st in old_files.items():
-                    if name not in files and prefix + name in unknown:
-                        into[name] = st
+                files = files.changed(
+                    {
+                        name: rec
+                        for key in unknown
+                        if key.startswith(prefix)
+                        and "/" not in (name := key[len(prefix) :])
+                        and name not in files
+                        and (rec := old_files.record(name)) is not None
+                    }
+                )
                 subdirs += [n for n in old_subdirs if n not in subdirs and prefix + n in unknown]
             seen += len(files)
-            differ: set[str] = set()
-            # Stays empty when nothing differs: then a listing is stored only for a
-            # directory the state did not hold, which is empty.
-            kept: dict[str, Stat | None] = {}
-            if files != old_files:
-                # What differs (one lookup and comparison per file), then handled in key
-                # order, as a whole scan would.
-                # The pairs in one listing and not the other, compared in C (a third less
-                # than a lookup per name): names changed, gone, or new.
-                try:
-                    differ = {name for name, _ in files.items() ^ old_files.items()}
-                except TypeError:
-                    raise ListingDamaged(prefix, "a file's entry of another shape") from None
-                result.unchanged += len(files) - len(differ & files.keys())
-                kept = dict(files)
+            # The files that differ from the listing: changed, gone, or new (compared packed:
+            # only the few that differ are looked at one by one), in name order.
+            differ = files.differ(old_files, prefix)
+            kept = files
+            if differ:
+                result.unchanged += len(files) - sum(1 for _, rec in differ if rec is not None)
                 # A first scan has nothing to look up.
-                rows = {} if result.baseline else self._rows(prefix, differ)
+                rows = {} if result.baseline else self._rows(prefix, (n for n, _ in differ))
                 uri_prefix = inventory.uri_prefix(prefix)
-                for name in sorted(differ):
+                # The files whose record is not the one listed: changed while they were read,
+                # racy, or not recorded.
+                recorded: dict[str, bytes | bool] = {}
+                for name, rec in differ:
                     old = rows.get(prefix + name)
-                    st = files.get(name)
-                    if st is None:
+                    if rec is None:
                         if old is not None:
                             j.deleted(old)
                         continue
+                    st = unpack(rec)
+                    if st is None:
+                        continue  # kept as published (it could not be looked at): as it was
                     item = inventory.item(directory, prefix, name, st, uri_prefix)
-                    stored = j.compare(item, old, True)
-                    kept[name] = stat_of(stored)
+                    stored = record_of(j.compare(item, old, True))
+                    if stored != rec:
+                        recorded[name] = stored
+                kept = files.changed(recorded)
             else:
                 result.unchanged += len(files)
             for name in sorted(set(old_subdirs) - set(subdirs)):
@@ -393,7 +398,9 @@ class Scan:
             subdirs.sort()
             if cached is None or differ:
                 same = cached is not None and subdirs == old_subdirs
-                listings.store(prefix, cached, delta, kept, differ, None if same else subdirs)
+                listings.store(
+                    prefix, cached, delta, kept, (n for n, _ in differ), None if same else subdirs
+                )
             elif subdirs != old_subdirs:
                 listings.set_subdirs(prefix, subdirs)
             known = set(old_subdirs)
