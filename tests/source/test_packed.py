@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import marshal
 import random
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +136,19 @@ def test_old_names_out_of_order_or_twice_are_damage_not_a_wrong_answer() -> None
     twice = Listing("a/a/b", b"".join(record((i, i, i, i)) for i in (1, 1, 2)))
     with pytest.raises(ListingDamaged, match="twice"):
         here.differ(twice, "d/")
+
+
+def test_listings_made_again_from_rows_out_of_order_are_sorted(tmp_path: Path) -> None:
+    """`Listings.rebuild` takes a directory's rows as SQLite orders them (UTF-8 bytes, which
+    order as code points do); rows that came otherwise still make a listing of sorted names."""
+    from resourcesync.source.state import SetState
+
+    with SetState(tmp_path / "state.sqlite") as state:
+        rows = [("d/", "d/b", "1:2:3:4"), ("d/", "d/a", "racy:5:6:7:8"), ("e/", "e/z", "9:9:9:9")]
+        state.listings.rebuild(iter(rows))
+        _, files, delta, _ = state.listings.read("d/")
+        assert delta is None and files.names() == ["a", "b"]
+        assert files.stat("a") is None and files.record("a") == UNSURE
+        assert files.stat("b") == (1, 2, 3, 4)
+        _, root, _, subdirs = state.listings.read("")
+        assert len(root) == 0 and subdirs == ["d", "e"]

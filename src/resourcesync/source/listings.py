@@ -231,8 +231,12 @@ class Listings:
 
         def close() -> None:
             if current is not None:
-                # The rows come in key order, so a directory's names come sorted.
-                files = Listing("/".join(names), b"".join(records), names)
+                # The rows come in key order (SQLite compares UTF-8 bytes, which order as
+                # their code points do), so a directory's names come sorted; else sorted here.
+                if names == sorted(names):
+                    files = Listing("/".join(names), b"".join(records), names)
+                else:
+                    files = Listing.of_records(dict(zip(names, records, strict=True)))
                 batch.append((current, marshal.dumps(files.parts()), empty))
                 if len(batch) >= 500:
                     write()

@@ -94,6 +94,12 @@ class Listing:
         return cls("/".join(names), stats, names)
 
     @classmethod
+    def of_records(cls, files: Mapping[str, bytes]) -> Listing:
+        """The listing of files given as {name: record}."""
+        names = sorted(files)
+        return cls("/".join(names), b"".join([files[n] for n in names]), names)
+
+    @classmethod
     def load(cls, value: object, prefix: str) -> Listing:
         """A listing from its `parts()` (as the state or the lister's pipe kept them); raises
         `ListingDamaged` when they are not a listing's."""
@@ -238,8 +244,7 @@ class Listing:
                 files.pop(name, None)
             else:
                 files[name] = rec  # type: ignore[assignment]
-        names = sorted(files)
-        return Listing("/".join(names), b"".join([files[n] for n in names]), names)
+        return Listing.of_records(files)
 
 
 Listing.EMPTY = Listing("", b"", [])
