@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 from urllib.parse import quote
 
 from ..filters import PathFilter
-from .packed import Listing, Stat
+from .packed import RECORD, Listing, Stat
 
 if TYPE_CHECKING:
     from .config import PublishConfig, SetConfig
@@ -65,6 +65,10 @@ def _types() -> mimetypes.MimeTypes:
 
 # RFC 3986 sub-delims, ':' and '@' may stand in a path segment; everything else is encoded.
 _SAFE = "/-._~!$&'()*+,;=:@"
+
+#: A file's stat packed as a listing keeps it, where it is taken (`packed.record`).
+_pack = RECORD.pack
+_unpack = RECORD.unpack
 
 
 _BY_SUFFIX: dict[str, str] = {}
@@ -284,7 +288,7 @@ class DirectoryInventory:
             return None
         files, dirs = listed
         self.stats.files += len(files)
-        return Listing.of(files), [entry.name for entry in dirs]
+        return Listing.of_records(files), [entry.name for entry in dirs]
 
     def uri_prefix(self, prefix: str) -> str:
         """The URI of a directory (relative path `prefix`), which its files' URIs extend."""
@@ -310,7 +314,7 @@ class DirectoryInventory:
 
     def _classify(
         self, directory: str, prefix: str
-    ) -> tuple[dict[str, Stat], list[os.DirEntry[str]]] | None:
+    ) -> tuple[dict[str, bytes], list[os.DirEntry[str]]] | None:
         """The files ({name: stat}) and sub-directories of one directory that are published;
         None (noted in the stats) when it cannot be read or named."""
         # The hot loop of every run: a stat per file and as little else as possible.
@@ -362,7 +366,7 @@ class DirectoryInventory:
 
     def _entries(
         self, fd: int, directory: str, prefix: str
-    ) -> tuple[dict[str, Stat], list[os.DirEntry[str]]]:
+    ) -> tuple[dict[str, bytes], list[os.DirEntry[str]]]:
         with os.scandir(fd) as it:
             entries = list(it)
         follow = self.follow_symlinks
@@ -370,7 +374,8 @@ class DirectoryInventory:
         filtering = bool(self.exclude or self.include)
         stats = self.stats
         isreg = stat.S_ISREG
-        files: dict[str, Stat] = {}
+        files: dict[str, bytes] = {}
+        pack = _pack
         dirs = []
         if not follow and not filtering:
             return self._plain_entries(entries, directory, prefix)
@@ -406,19 +411,20 @@ class DirectoryInventory:
             if not name.isascii() and not _encodable(name):
                 stats.skipped_names.append(_printable(prefix + name))
                 continue
-            files[name] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+            files[name] = pack(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
         return files, dirs
 
     def _plain_entries(
         self, entries: list[os.DirEntry[str]], directory: str, prefix: str
-    ) -> tuple[dict[str, Stat], list[os.DirEntry[str]]]:
+    ) -> tuple[dict[str, bytes], list[os.DirEntry[str]]]:
         """`_entries` without filters and without following links (the usual run), with one
         call into the entry per name: its `lstat`, which every file needs, tells a regular
         file, a directory and a symlink (skipped, as every link is when links are not
         followed) apart."""
         hidden = self.hidden
         stats = self.stats
-        files: dict[str, Stat] = {}
+        files: dict[str, bytes] = {}
+        pack = _pack
         dirs = []
         for entry in entries:
             name = entry.name
@@ -440,7 +446,7 @@ class DirectoryInventory:
             if not name.isascii() and not _encodable(name):
                 stats.skipped_names.append(_printable(prefix + name))
                 continue
-            files[name] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+            files[name] = pack(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
         return files, dirs
 
     def _filtered(self, rel: str) -> bool:
@@ -461,7 +467,7 @@ class DirectoryInventory:
                 yield from self._walk(os.path.join(directory, name), prefix + name + "/")
                 continue
             stats.files += 1
-            yield self.item(directory, prefix, name, files[name], uri_prefix)
+            yield self.item(directory, prefix, name, _unpack(files[name]), uri_prefix)
 
     def _link_inside(self, path: str) -> bool:
         if not self.follow_symlinks:

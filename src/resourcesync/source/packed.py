@@ -22,13 +22,13 @@ import struct
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 
-__all__ = ["GONE", "UNSURE", "Listing", "ListingDamaged", "Stat", "record", "unpack"]
+__all__ = ["GONE", "RECORD", "UNSURE", "Listing", "ListingDamaged", "Stat", "record", "unpack"]
 
 #: A file's (size, mtime_ns, inode, ctime_ns), as `os.stat` tells them.
 Stat = tuple[int, int, int, int]
 
-_RECORD = struct.Struct("<QqQq")
-SIZE = _RECORD.size
+RECORD = struct.Struct("<QqQq")
+SIZE = RECORD.size
 #: The record of a file to be compared again whatever its stat.
 UNSURE = b"\xff" * SIZE
 #: A name gone from a directory, among changes (`Listing.changed`).
@@ -51,12 +51,12 @@ class ListingDamaged(Exception):
 
 def record(stat: Stat | None) -> bytes:
     """A file's stat as a listing packs it; `UNSURE` for None."""
-    return UNSURE if stat is None else _RECORD.pack(*stat)
+    return UNSURE if stat is None else RECORD.pack(*stat)
 
 
 def unpack(rec: bytes) -> Stat | None:
     """A file's stat from its record; None for `UNSURE`."""
-    return None if rec == UNSURE else _RECORD.unpack(rec)  # type: ignore[return-value]
+    return None if rec == UNSURE else RECORD.unpack(rec)  # type: ignore[return-value]
 
 
 def _differing(a: bytes, b: bytes) -> list[int]:
@@ -89,7 +89,7 @@ class Listing:
     def of(cls, files: Mapping[str, Stat | None]) -> Listing:
         """The listing of files given as {name: stat}."""
         names = sorted(files)
-        pack = _RECORD.pack
+        pack = RECORD.pack
         stats = b"".join([UNSURE if (st := files[n]) is None else pack(*st) for n in names])
         return cls("/".join(names), stats, names)
 
@@ -155,7 +155,7 @@ class Listing:
         rec = self.record(name)
         if rec is None or rec == UNSURE:
             return None
-        return _RECORD.unpack(rec)  # type: ignore[return-value]
+        return RECORD.unpack(rec)  # type: ignore[return-value]
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self._find(name) >= 0
@@ -164,7 +164,7 @@ class Listing:
         stats = self.stats
         for i, name in enumerate(self.names()):
             rec = stats[i * SIZE : (i + 1) * SIZE]
-            yield name, None if rec == UNSURE else _RECORD.unpack(rec)  # type: ignore[misc]
+            yield name, None if rec == UNSURE else RECORD.unpack(rec)  # type: ignore[misc]
 
     def differ(self, old: Listing, prefix: str = "") -> list[tuple[str, bytes | None]]:
         """The files that differ between this listing and `old` (changed, new, or gone), in
