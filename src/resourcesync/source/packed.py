@@ -87,11 +87,8 @@ class Listing:
 
     @classmethod
     def of(cls, files: Mapping[str, Stat | None]) -> Listing:
-        """The listing of files given as {name: stat}."""
-        names = sorted(files)
-        pack = RECORD.pack
-        stats = b"".join([UNSURE if (st := files[n]) is None else pack(*st) for n in names])
-        return cls("/".join(names), stats, names)
+        """The listing of files given as {name: stat} (None: `UNSURE`)."""
+        return cls.of_records({name: record(st) for name, st in files.items()})
 
     @classmethod
     def of_records(cls, files: Mapping[str, bytes]) -> Listing:
