@@ -85,6 +85,33 @@ def test_sync_on_a_full_disk_reports_and_the_next_run_completes(tmp_path: Path) 
         assert len(tree(tmp_path / "other")) == 1200
 
 
+def test_a_state_that_a_full_disk_will_not_let_open_is_a_full_disk_too(tmp_path: Path) -> None:
+    """The disk full before the run begins: the state database cannot even be opened (its
+    shared-memory file is the first thing written). Said as any full disk — one line, the
+    state named, exit 1 as the README says — not as an input that could not be read (exit 2);
+    for `publish` and `sync` alike, and the next run with room completes."""
+    data, out, dest = tmp_path / "data", tmp_path / "out", tmp_path / "dest"
+    data.mkdir()
+    for i in range(20):
+        (data / f"f{i:02}.txt").write_text(f"file {i}")
+    publish = ("publish", str(data), "--out", str(out), "--base-url", "http://example.org/")
+    assert cli(*publish).exit_code == 0
+    with hand_source() as src:
+        b = src.base
+        src.files["/one.txt"] = b"one"
+        src.publish([entry(b, "/one.txt", b"one")])
+        assert cli("sync", b, dest).exit_code == 0
+        for args, state in (
+            (publish, out / ".resourcesync" / "resourcesync.sqlite"),
+            (("sync", b, str(dest)), dest / ".resourcesync" / "state.sqlite"),
+        ):
+            result = limited(4096, *args)
+            assert result.returncode == 1, result.stderr
+            line = _one_line(result.stderr)
+            assert str(state) in line and "free some space and run again" in line, line
+            assert cli(*args).exit_code == 0
+
+
 def test_a_fleet_copy_on_a_full_disk_is_that_sources_failure_said_plainly(
     tmp_path: Path,
 ) -> None:

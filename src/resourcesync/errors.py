@@ -19,12 +19,16 @@ class ResourceSyncError(Exception):
         source: str | None = None,
         line: int | None = None,
         entry: str | None = None,
+        full: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.source = source
         self.line = line
         self.entry = entry
+        #: Local storage is full: a command says it as it says any full disk (exit 1, "free
+        #: some space and run again"), not as an input it could not use.
+        self.full = full
 
     def where(self) -> str:
         """The address as `source:line` (or just the source), empty when unknown."""

@@ -65,7 +65,7 @@ def connect(
         # Its disk full or read-only: said as every command says it (the hint to free space).
         said = storage_failure(exc)
         why = said[0] if said is not None else f"cannot open the state database: {exc}"
-        raise error(why, source=str(path)) from None
+        raise error(why, source=str(path), full=said is not None and said[1]) from None
     return db
 
 

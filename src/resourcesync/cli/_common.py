@@ -175,7 +175,7 @@ def _handled(func: F, verb: str) -> F:
                 status = 0
                 return result
             except ResourceSyncError as exc:
-                fail(str(exc))
+                fail(str(exc), EXIT_FINDINGS if exc.full else EXIT_ERROR)
             except KeyboardInterrupt:
                 fail("interrupted", 130)
             except _Terminated:
