@@ -4,7 +4,7 @@ spaces, encoded ASCII, invalid UTF-8 — left as it is, so the text still names 
 JSON keep the URI itself.
 
 And whether two spellings name one resource (`same_uri`): RFC 3986 §6.2.2's syntax-based
-normal form."""
+normal form; and what keeps a URL given to publish under from naming anything (`url_problem`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 import string
 from urllib.parse import quote, urlsplit, urlunsplit
 
-__all__ = ["display_iri", "normal_uri", "same_uri"]
+__all__ = ["display_iri", "normal_uri", "same_uri", "url_problem"]
 
 _RUN = re.compile(r"(?:%[89A-Fa-f][0-9A-Fa-f])+")
 
@@ -110,3 +110,23 @@ def normal_uri(uri: str) -> str:
 def same_uri(a: str, b: str) -> bool:
     """Whether `a` and `b` are spellings of one URI (`normal_uri`)."""
     return a == b or normal_uri(a) == normal_uri(b)
+
+
+def url_problem(url: str, *, base: bool = True) -> str | None:
+    """Why `url` cannot be published under (None: it can): not http(s), white space or a
+    control character, no host, a port out of range, or — for a `base` that paths are appended
+    to — a query or a fragment (`http://h/#x` would give every resource the URI `http://h/`)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return "is not an http(s) URL"
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return "holds white space or a control character (percent-encode it)"
+    if not parts.hostname:
+        return "names no host"
+    if base and ("?" in url or "#" in url):
+        return "has a query or a fragment, which the paths appended to it would end up inside"
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        return f"has a bad port ({exc})"
+    return None

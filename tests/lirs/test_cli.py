@@ -192,3 +192,17 @@ def test_antenna_command_one_round_json(tmp_path: Path) -> None:
         "changelist.xml",
         "index.html",
     }
+
+
+def test_antenna_refuses_a_base_url_its_documents_could_not_name_things_under(
+    tmp_path: Path,
+) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://127.0.0.1:9/ok\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        antenna, [str(urls), "--out", str(out), "--base-url", "http://h/#x"]
+    )
+    assert result.exit_code == 2
+    assert "'http://h/#x' has a query or a fragment" in result.stderr
+    assert not out.exists()

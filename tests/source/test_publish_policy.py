@@ -5,6 +5,7 @@ latest Resource List plus the changes after its `at` is the Source now."""
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -238,3 +239,49 @@ def test_a_document_written_again_the_same_keeps_its_time_and_is_not_fetched_aga
             ).status_code
             == 200
         )
+
+
+#: URLs a Source cannot publish under, and what the one line says of each.
+BAD_URLS = {
+    "htp://example.org/": "is not an http(s) URL",
+    "http:///no-host/": "names no host",
+    "http://exa mple.org/": "white space or a control character",
+    "http://example.org/\x00/": "white space or a control character",
+    "http://example.org:99999/": "bad port",
+    "http://example.org/data?x=1": "a query or a fragment",
+    "http://example.org/#top": "a query or a fragment",
+}
+
+
+@pytest.mark.parametrize("option", ["--base-url", "--docs-url", "--hub"])
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_a_url_the_documents_could_not_name_things_under_is_refused(
+    tmp_path: Path, option: str, url: str
+) -> None:
+    """Every resource's URI (or every document's, or the hub's address) is made from it: one
+    line naming the option and the URL, exit 2, nothing written — not a Resource List of URIs
+    such as `http://exa mple.org/a.txt` or `http://example.org/#top/a.txt` (every one the same
+    resource). A hub may have a query: nothing is appended to it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    out = tmp_path / "out"
+    args = ["publish", str(data), "--out", str(out)]
+    args += (
+        ["--base-url", url] if option == "--base-url" else ["--base-url", "http://h/", option, url]
+    )
+    result = CliRunner().invoke(main, args)
+    if option == "--hub" and "a query or a fragment" in BAD_URLS[url]:
+        assert result.exit_code == 0, result.output
+        return
+    assert result.exit_code == 2, result.output
+    assert BAD_URLS[url] in result.output and repr(url) in result.output
+    assert not (out / "resourcesync").exists()
+    # The same from Python.
+    with pytest.raises(ConfigError, match=re.escape(BAD_URLS[url])):
+        if option == "--base-url":
+            PublishConfig(out=out, sets=[SetConfig("s", data, url)])
+        elif option == "--docs-url":
+            PublishConfig(out=out, sets=[SetConfig("s", data, "http://h/")], docs_url=url)
+        else:
+            PublishConfig(out=out, sets=[SetConfig("s", data, "http://h/", hub=url)])

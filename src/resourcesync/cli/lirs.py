@@ -49,6 +49,15 @@ class Warnings:
             click.echo(f"resourcesync: {self.count - self.limit} more warnings not shown", err=True)
 
 
+def _base_url(value: str) -> str:
+    """`--base-url` as given, refused when the documents could not name things under it."""
+    from ..iri import url_problem
+
+    if value and (why := url_problem(value)) is not None:
+        raise click.BadParameter(f"{value!r} {why}")
+    return value
+
+
 @contextlib.contextmanager
 def strict_exit(strict: bool) -> Iterator[None]:
     """In strict mode a bad record exits 1 (the input has a finding), not 2."""
@@ -454,7 +463,12 @@ def from_resourcesync(
     "--relay", "relays", multiple=True, help="A LIRS feed (file or URL) to merge; repeatable."
 )
 @click.option("--state", help="SQLite state file (default: OUT/antenna.sqlite).")
-@click.option("--base-url", default="", help="URL where OUT is published (for the documents).")
+@click.option(
+    "--base-url",
+    default="",
+    callback=lambda ctx, param, value: _base_url(value),
+    help="URL where OUT is published (for the documents).",
+)
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0.1),

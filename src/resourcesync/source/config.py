@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .. import units
 from ..errors import ResourceSyncError
 from ..hashing import ALGORITHMS
+from ..iri import url_problem
 
 __all__ = [
     "CAPABILITIES",
@@ -116,6 +117,11 @@ def _slash(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
+def _http_url(url: str, what: str, *, base: bool = True) -> None:
+    if (why := url_problem(url, base=base)) is not None:
+        raise ConfigError(f"{what} {url!r} {why}")
+
+
 @dataclass
 class SetConfig:
     """One resource set: a directory published at a base URL, with its own Capability List."""
@@ -186,8 +192,7 @@ class SetConfig:
                 f"set name {self.name!r}: use letters, digits, '.', '_' or '-' "
                 "(it becomes a folder and a URL path)"
             )
-        if urlsplit(self.base_url).scheme not in ("http", "https"):
-            raise ConfigError(f"base URL {self.base_url!r} is not an http(s) URL")
+        _http_url(self.base_url, "base URL")
         self.base_url = _slash(self.base_url)
         unknown = set(self.capabilities) - set(CAPABILITIES)
         if unknown:
@@ -214,8 +219,8 @@ class SetConfig:
             raise ConfigError("the change list rotation needs at least 1 entry")
         if self.package_size < 1024:
             raise ConfigError("the dump package size is too small")
-        if self.hub is not None and urlsplit(self.hub).scheme not in ("http", "https"):
-            raise ConfigError(f"hub {self.hub!r} is not an http(s) URL")
+        if self.hub is not None:
+            _http_url(self.hub, "hub", base=False)
 
 
 @dataclass
@@ -241,7 +246,9 @@ class PublishConfig:
         names = [s.name for s in self.sets]
         if len(set(names)) != len(names):
             raise ConfigError(f"resource set names must differ: {names}")
-        if not self.docs_url:
+        if self.docs_url:
+            _http_url(self.docs_url, "docs URL")
+        else:
             self.docs_url = site_root(self.sets[0].base_url)
         self.docs_url = _slash(self.docs_url)
         if self.spec_version not in ("1.0", "1.1"):
