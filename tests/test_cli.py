@@ -934,7 +934,15 @@ def test_a_ctrl_c_while_the_program_loads_is_one_line_and_130(loading: str, tmp_
 
 
 @pytest.mark.parametrize(
-    "url", ["http://[::1/", "http://127.0.0.1:x/", "http://127.0.0.1:99999999/"]
+    "url",
+    [
+        "http://[::1/",
+        "http://127.0.0.1:x/",
+        "http://127.0.0.1:99999999/",
+        # No host (httpx said "missing an 'http://' protocol"); a space in the host (looked up).
+        "http:///list.xml",
+        "http://exa mple.org/list.xml",
+    ],
 )
 @pytest.mark.parametrize("command", ["sync", "validate"])
 def test_a_malformed_url_is_one_line_and_2(command: str, url: str, tmp_path: Path) -> None:
@@ -949,6 +957,9 @@ def test_a_malformed_url_is_one_line_and_2(command: str, url: str, tmp_path: Pat
     reasons = ("not a valid URL", "cannot connect", "request failed")
     assert any(why in problems[0] for why in reasons), problems
     assert result.exception is None or isinstance(result.exception, SystemExit)
+    if "///" in url or " " in url:
+        # Said for what it is, before any request: not a "missing protocol" nor a DNS failure.
+        assert "not a valid URL: it " in problems[0], problems
 
 
 def test_validate_and_cat_take_the_credentials_sync_takes(tmp_path: Path) -> None:

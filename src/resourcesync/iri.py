@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import re
 import string
+from typing import Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 __all__ = ["display_iri", "normal_uri", "same_uri", "url_problem"]
+
+#: What a URL is for (`url_problem`).
+UrlUse = Literal["base", "published", "fetched"]
 
 _RUN = re.compile(r"(?:%[89A-Fa-f][0-9A-Fa-f])+")
 
@@ -112,18 +116,24 @@ def same_uri(a: str, b: str) -> bool:
     return a == b or normal_uri(a) == normal_uri(b)
 
 
-def url_problem(url: str, *, base: bool = True) -> str | None:
-    """Why `url` cannot be published under (None: it can): not http(s), white space or a
-    control character, no host, a port out of range, or — for a `base` that paths are appended
-    to — a query or a fragment (`http://h/#x` would give every resource the URI `http://h/`)."""
-    parts = urlsplit(url)
+def url_problem(url: str, *, use: UrlUse = "base") -> str | None:
+    """Why `url` cannot be used (None: it can), for a `use`: "base", a URL the documents'
+    URIs are made by appending paths to; "published", one written into the documents as it
+    is (a hub); "fetched", one only requested (the client percent-encodes its path). Malformed,
+    not http(s), without a host, a port out of range; white space or a control character (in
+    a fetched URL's host only); a query or a fragment in a base (`http://h/#x` would give every
+    resource the URI `http://h/`)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # a malformed IPv6 host
+        return f"is malformed ({exc})"
     if parts.scheme not in ("http", "https"):
         return "is not an http(s) URL"
-    if any(c.isspace() or not c.isprintable() for c in url):
+    if any(c.isspace() or not c.isprintable() for c in (parts.netloc if use == "fetched" else url)):
         return "holds white space or a control character (percent-encode it)"
     if not parts.hostname:
         return "names no host"
-    if base and ("?" in url or "#" in url):
+    if use == "base" and ("?" in url or "#" in url):
         return "has a query or a fragment, which the paths appended to it would end up inside"
     try:
         _ = parts.port

@@ -42,6 +42,8 @@ def test_add_list_remove(tmp_path: Path) -> None:
         (["http://x/", "--name", "../up"], "name '../up'"),
         (["ftp://x/", "--name", "a"], "source must be an http(s) URL"),
         (["http://[::1/", "--name", "a"], "a: source is not a valid URL (Invalid IPv6 URL)"),
+        (["http://x y/", "--name", "a"], "a: source holds white space"),
+        (["http://x:99999/", "--name", "a"], "a: source has a bad port"),
         (["http://x/", "--name", "a", "--every", "soon"], "not a duration"),
         (["http://x/", "--name", "a", "--every", "0"], "a duration must be positive"),
         (["http://x/", "--name", "a", "--lookback", "-1m"], "not a duration"),

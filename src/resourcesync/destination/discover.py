@@ -17,6 +17,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from ..errors import FetchError, ReadError
 from ..http import Unreachable
+from ..iri import url_problem
 from ..model import Capability, Document
 from ..sitemap import open_document
 from ..sitemap.read import HTML_PAGE, is_url
@@ -206,11 +207,9 @@ def _discover(source: str, client: Any, choose: str | None) -> SourceInfo:
             "or a document's file path",
             source=source,
         )
-    if not local:
-        try:
-            _ = urlsplit(source).port  # a malformed host or port raises here, not later
-        except ValueError as exc:
-            raise ReadError(f"not a valid URL: {exc}", source=source) from None
+    if not local and (bad := url_problem(source, use="fetched")) is not None:
+        # Said here, not by the first request (no host: httpx's "missing protocol").
+        raise ReadError(f"not a valid URL: it {bad}", source=source)
     base = source if (not local and urlsplit(source).path in ("", "/")) else ""
     # A site root is a page, not a document: discovery starts at once (well-known first).
     given: list[ReadError] = []

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from .. import units
 from ..errors import ResourceSyncError
+from ..iri import url_problem
 
 __all__ = ["Entry", "FleetError", "parse_duration", "read_entries"]
 
@@ -101,6 +102,9 @@ class Entry:
             ) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{self.name}: source must be an http(s) URL, not {self.source!r}")
+        if (why := url_problem(self.source, use="fetched")) is not None:
+            # White space, a control character, a port out of range.
+            raise ValueError(f"{self.name}: source {why}: {self.source!r}")
         if self.via not in VIAS:
             raise ValueError(f"{self.name}: via must be one of {', '.join(VIAS)}")
         if self.every <= 0:

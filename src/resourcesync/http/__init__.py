@@ -28,6 +28,7 @@ import httpx
 from .. import __version__, rng
 from ..errors import FetchError, fetch_error
 from ..inflate import Inflate, InflateError
+from ..iri import url_problem
 from ..sniff import media_type
 from ..units import ascii_int
 from ..w3cdt import parse_http_date
@@ -811,6 +812,10 @@ def open_stream(
     default the options' `max_document_size`); a failure while the caller reads it is not
     retried here.
     """
+    if (bad := url_problem(url, use="fetched")) is not None:
+        # Said as such (no host: httpx's "missing an 'http://' protocol"; a space in the
+        # host: a DNS lookup of it).
+        raise FetchError(f"not a valid URL: it {bad}", source=url)
     opts = options or options_of(client)
     own = client is None
     http = client if client is not None else make_client(opts)

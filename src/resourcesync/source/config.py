@@ -31,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .. import units
 from ..errors import ResourceSyncError
 from ..hashing import ALGORITHMS
-from ..iri import url_problem
+from ..iri import UrlUse, url_problem
 
 __all__ = [
     "CAPABILITIES",
@@ -117,8 +117,8 @@ def _slash(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
-def _http_url(url: str, what: str, *, base: bool = True) -> None:
-    if (why := url_problem(url, base=base)) is not None:
+def _http_url(url: str, what: str, *, use: UrlUse = "base") -> None:
+    if (why := url_problem(url, use=use)) is not None:
         raise ConfigError(f"{what} {url!r} {why}")
 
 
@@ -220,7 +220,7 @@ class SetConfig:
         if self.package_size < 1024:
             raise ConfigError("the dump package size is too small")
         if self.hub is not None:
-            _http_url(self.hub, "hub", base=False)
+            _http_url(self.hub, "hub", use="published")
 
 
 @dataclass
