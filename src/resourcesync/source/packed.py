@@ -86,11 +86,6 @@ class Listing:
     EMPTY: Listing
 
     @classmethod
-    def of(cls, files: Mapping[str, Stat | None]) -> Listing:
-        """The listing of files given as {name: stat} (None: `UNSURE`)."""
-        return cls.of_records({name: record(st) for name, st in files.items()})
-
-    @classmethod
     def of_records(cls, files: Mapping[str, bytes]) -> Listing:
         """The listing of files given as {name: record}."""
         names = sorted(files)
@@ -147,21 +142,13 @@ class Listing:
         i = self._find(name)
         return None if i < 0 else self.stats[i * SIZE : (i + 1) * SIZE]
 
-    def stat(self, name: str) -> Stat | None:
-        """The stat of `name`; None when the listing does not hold it or it is `UNSURE`."""
-        rec = self.record(name)
-        if rec is None or rec == UNSURE:
-            return None
-        return RECORD.unpack(rec)  # type: ignore[return-value]
-
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self._find(name) >= 0
 
     def items(self) -> Iterator[tuple[str, Stat | None]]:
         stats = self.stats
         for i, name in enumerate(self.names()):
-            rec = stats[i * SIZE : (i + 1) * SIZE]
-            yield name, None if rec == UNSURE else RECORD.unpack(rec)  # type: ignore[misc]
+            yield name, unpack(stats[i * SIZE : (i + 1) * SIZE])
 
     def differ(self, old: Listing, prefix: str = "") -> list[tuple[str, bytes | None]]:
         """The files that differ between this listing and `old` (changed, new, or gone), in
