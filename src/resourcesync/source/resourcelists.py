@@ -38,6 +38,10 @@ def publish_resourcelist(run: SetRun) -> None:
     state = run.state
     live = run.path("resourcelist.xml")
     if run.snapshot_due("resourcelist", "resourcelist.xml"):
+        # The rows a re-run left pending taken into `resources` (state.py), while every row
+        # is read anyway: what changed after this list is all that stays pending.
+        with state.transaction():
+            state.fold()
         seq = state.max_seq()
         at = run.scan.started
         completed = run.scan.completed

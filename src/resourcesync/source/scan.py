@@ -29,7 +29,7 @@ from .inventory import DirectoryInventory, Item, ScanStats, file_fingerprint
 from .listings import ListingDamaged, record_of
 from .packed import Listing, unpack
 from .prefetch import ListingPrefetch
-from .state import DIRTY, TICK, SetState, StateError, change_resource
+from .state import DIRTY, FOLD_AT, TICK, SetState, StateError, change_resource
 
 __all__ = ["DeletionsRefused", "Journal", "Scan", "ScanResult"]
 
@@ -129,7 +129,7 @@ class Scan:
             snapshot.execute("BEGIN")
             old_rows = snapshot.execute(
                 "SELECT key, uri, fingerprint, lastmod, length, type, hashes "
-                "FROM resources ORDER BY key"
+                "FROM snapshot ORDER BY key"
             )
             uris_stable = uri_base is not None and self.state.get("uri_base") == uri_base
             signature = None
@@ -202,6 +202,8 @@ class Scan:
                 self.state.put("baselined", format_w3c(started))
             if refuse is not None and (why := refuse(result)) is not None:
                 raise DeletionsRefused(why)  # rolled back below
+            if not dry_run and self.state.pending_rows() > FOLD_AT:
+                self.state.fold()
             self.db.execute("ROLLBACK" if dry_run else "COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -274,7 +276,7 @@ class Scan:
             # not deleted, and a Destination replaying the Change List must not delete it.
             gone = self.db.execute(
                 "DELETE FROM changes WHERE seq > ? AND run = ? AND change = 'deleted' "
-                "AND uri IN (SELECT uri FROM resources)",
+                "AND uri IN (SELECT uri FROM snapshot)",
                 (self._run_floor, result.run),
             ).rowcount
             result.deleted -= gone
@@ -421,7 +423,7 @@ class Scan:
             chunk = keys[i : i + 500]
             marks = ",".join("?" * len(chunk))
             for row in self.db.execute(
-                "SELECT key, uri, fingerprint, lastmod, length, type, hashes FROM resources "
+                "SELECT key, uri, fingerprint, lastmod, length, type, hashes FROM snapshot "
                 f"WHERE key IN ({marks})",
                 chunk,
             ):
@@ -433,7 +435,7 @@ class Scan:
         j.flush()
         end = prefix[:-1] + chr(ord("/") + 1)
         rows = self.db.execute(
-            "SELECT key, uri, fingerprint, lastmod, length, type, hashes FROM resources "
+            "SELECT key, uri, fingerprint, lastmod, length, type, hashes FROM snapshot "
             "WHERE key >= ? AND key < ? ORDER BY key",
             (prefix, end),
         ).fetchall()
@@ -448,7 +450,7 @@ class Scan:
         self.state.listings.rebuild(
             self.db.execute(
                 "SELECT rtrim(key, replace(key, '/', '')) AS dir, key, fingerprint "
-                "FROM resources ORDER BY dir, key"
+                "FROM snapshot ORDER BY dir, key"
             )
         )
         self.state.put("dirs_for", signature)
@@ -476,6 +478,10 @@ class Journal:
         self.algorithms = algorithms
         self.result = result
         self.journal = not result.baseline
+        if not self.journal:
+            # A first scan writes `resources` itself, under no pending row (there are none
+            # before a first scan is recorded; folded, should there be).
+            state.fold()
         self.changes: list[tuple[Any, ...]] = []
         self.upserts: list[tuple[Any, ...]] = []
         self.deletes: list[tuple[str]] = []
@@ -495,6 +501,12 @@ class Journal:
         return max(len(self.upserts), len(self.changes))
 
     def flush(self) -> None:
+        if self.journal:
+            # A re-run's rows go to the state's pending rows, in the order they come (not a
+            # page of `resources` rewritten for each: state.py).
+            self.state.write_rows(self.upserts, self.deletes)
+            self.upserts.clear()
+            self.deletes.clear()
         # Deletions first: a key can be deleted (moved URI) and written again in one batch.
         if self.deletes:
             self.db.executemany("DELETE FROM resources WHERE key = ?", self.deletes)

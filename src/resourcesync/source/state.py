@@ -7,6 +7,14 @@ and records what changed in one transaction.
 
 Change datetimes are distinct and strictly increasing within a set (microseconds), so
 (URI, datetime) is unique, as the specification asks.
+
+The snapshot is read through the view `snapshot`: the rows of `resources` overlaid by those of
+`pending`, where a re-run writes what it changed (a row a key, NULL `uri` for one deleted).
+`resources` is a B-tree in key order, so a re-run that changed every hundredth file rewrote a
+page of it for each, scattered over the file (2.5 MB synced for 500 changes among 50,000
+files); `pending` takes them in the order they are written, a few pages. They are folded into
+`resources` when the Resource List is written (it reads every row anyway) or when they grow
+past `FOLD_AT`.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from ..errors import ResourceSyncError, StateDamaged
 from ..hashing import parse_hashes
@@ -28,7 +37,17 @@ from .listings import ListingDamaged, Listings
 
 __all__ = ["ArchiveRow", "ChangeListRow", "SetState", "StateError", "change_resource"]
 
-SCHEMA_VERSION = 1
+#: The state's format, in `meta` (`schema`): 1 when the snapshot is all in `resources`, 2 while
+#: `pending` holds rows, so that a resourcesync from before `pending` (which reads
+#: `resources` alone and would publish the snapshot as it was) refuses the state instead.
+SCHEMA_VERSION = 2
+PLAIN_FORMAT = "1"
+PENDING_FORMAT = "2"
+#: How many pending rows a scan leaves before it folds them into `resources` itself (the
+#: Resource List, written by default after a day or 10,000 changes, folds them before that).
+FOLD_AT = 20_000
+#: The snapshot's columns, as `resources` and `pending` both hold them.
+COLUMNS = "key, uri, fingerprint, lastmod, length, type, hashes, xml"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS resources (
@@ -54,6 +73,23 @@ CREATE TABLE IF NOT EXISTS changes (
     run INTEGER NOT NULL,
     xml BLOB
 );
+CREATE TABLE IF NOT EXISTS pending (
+    seq INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    uri TEXT,
+    fingerprint TEXT,
+    lastmod TEXT,
+    length INTEGER,
+    type TEXT,
+    hashes TEXT,
+    xml BLOB
+);
+CREATE VIEW IF NOT EXISTS snapshot AS
+    SELECT key, uri, fingerprint, lastmod, length, type, hashes, xml FROM resources AS r
+    WHERE NOT EXISTS (SELECT 1 FROM pending AS p WHERE p.key = r.key)
+    UNION ALL
+    SELECT key, uri, fingerprint, lastmod, length, type, hashes, xml FROM pending
+    WHERE uri IS NOT NULL;
 CREATE TABLE IF NOT EXISTS dirs (
     path TEXT PRIMARY KEY,
     files BLOB NOT NULL,
@@ -197,7 +233,7 @@ class SetState:
         self.listings = Listings(self.db)
         version = self.get("schema")
         if version is None:
-            self.put("schema", str(SCHEMA_VERSION))
+            self.put("schema", PLAIN_FORMAT)
         elif int(version) > SCHEMA_VERSION:
             raise StateError(
                 f"state written by a newer resourcesync (format {version})", source=str(path)
@@ -249,9 +285,10 @@ class SetState:
         """Resources whose published bytes may differ from their recorded digests: the next
         scan reads them again and journals each as updated."""
         keys = list(keys)
-        self.db.executemany(
-            "UPDATE resources SET fingerprint = ? WHERE key = ?", ((DIRTY, k) for k in keys)
-        )
+        for table in ("resources", "pending"):
+            self.db.executemany(
+                f"UPDATE {table} SET fingerprint = ? WHERE key = ?", ((DIRTY, k) for k in keys)
+            )
         # …and their directories' listings compare them again.
         try:
             for key in keys:
@@ -262,12 +299,49 @@ class SetState:
             self.listings.forget()
             self.db.execute("DELETE FROM meta WHERE key = 'dirs_for'")
 
+    def write_rows(self, rows: list[tuple[Any, ...]], deleted: list[tuple[str]]) -> None:
+        """Record rows of the snapshot (`COLUMNS`) and keys deleted from it, as pending rows
+        (deletions first: a key can be deleted and written again in one batch)."""
+        if not rows and not deleted:
+            return
+        if self.get("schema") != PENDING_FORMAT:
+            self.put("schema", PENDING_FORMAT)
+        if deleted:
+            self.db.executemany("INSERT OR REPLACE INTO pending (key) VALUES (?)", deleted)
+        if rows:
+            self.db.executemany(
+                f"INSERT OR REPLACE INTO pending ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def pending_rows(self) -> int:
+        """How many rows `pending` holds."""
+        return int(self.db.execute("SELECT COUNT(*) FROM pending").fetchone()[0])
+
+    def fold(self) -> None:
+        """Take the pending rows into `resources` (in the caller's transaction): the snapshot
+        reads the same, from `resources` alone."""
+        if self.db.execute("SELECT 1 FROM pending LIMIT 1").fetchone() is None:
+            return
+        self.db.execute(
+            "DELETE FROM resources WHERE key IN (SELECT key FROM pending WHERE uri IS NULL)"
+        )
+        self.db.execute(
+            f"INSERT INTO resources ({COLUMNS}) SELECT {COLUMNS} FROM pending "
+            "WHERE uri IS NOT NULL ORDER BY key ON CONFLICT (key) DO UPDATE "
+            "SET uri = excluded.uri, fingerprint = excluded.fingerprint, "
+            "lastmod = excluded.lastmod, length = excluded.length, type = excluded.type, "
+            "hashes = excluded.hashes, xml = excluded.xml"
+        )
+        self.db.execute("DELETE FROM pending")
+        self.put("schema", PLAIN_FORMAT)
+
     # -- reading ---------------------------------------------------------------------------
 
     def resources(self) -> Iterator[Resource]:
         """The snapshot, in key order, as Resource List entries."""
         cur = self.db.execute(
-            "SELECT uri, lastmod, length, type, hashes FROM resources ORDER BY key"
+            "SELECT uri, lastmod, length, type, hashes FROM snapshot ORDER BY key"
         )
         for uri, lastmod, length, kind, hashes in cur:
             yield Resource(
@@ -280,7 +354,7 @@ class SetState:
 
     def resource_xml(self) -> Iterator[bytes]:
         """The snapshot's Resource List entries, serialized, in key order."""
-        for (xml,) in self.db.execute("SELECT xml FROM resources ORDER BY key"):
+        for (xml,) in self.db.execute("SELECT xml FROM snapshot ORDER BY key"):
             yield bytes(xml)
 
     def resource_rows(self) -> Iterator[tuple[str, str, str, int, str | None, str]]:
@@ -288,12 +362,12 @@ class SetState:
         # A loop, not `yield from`: a generator closed after the database (a run stopped by
         # Ctrl-C or SIGTERM) must not close its cursor on a closed database (issue 14.4).
         for row in self.db.execute(  # noqa: UP028 (see above)
-            "SELECT key, uri, lastmod, length, type, hashes FROM resources ORDER BY key"
+            "SELECT key, uri, lastmod, length, type, hashes FROM snapshot ORDER BY key"
         ):
             yield row
 
     def count(self) -> int:
-        return int(self.db.execute("SELECT COUNT(*) FROM resources").fetchone()[0])
+        return int(self.db.execute("SELECT COUNT(*) FROM snapshot").fetchone()[0])
 
     def changes(self, first_seq: int, last_seq: int | None = None) -> Iterator[Resource]:
         """Journal entries with first_seq ≤ seq (≤ last_seq), in order, as Change List entries."""
