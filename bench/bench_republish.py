@@ -6,7 +6,8 @@ Measured as whole commands, in one run, as ratios:
   times a first run (into a directory of its own) just before its re-run, so that the two
   meet the machine as it is then (on a shared machine a command's time drifts by half over
   minutes: one first run at the start made the ratio of the whole bench a matter of luck),
-  and the median of the rounds' ratios is the figure;
+  and the median of the rounds' ratios is the figure; each timed command starts with the
+  disk synced (`quiet_disk`), as a cron run minutes after the last one finds it;
 - our re-run against the bare walk as a command (`os.scandir` recursion + `DirEntry.stat()`,
   what any re-run must at least do: the limit);
 - a re-run with nothing changed, against the same walk;
@@ -23,6 +24,7 @@ Usage: python bench/bench_republish.py [--files 50000,200000] [--rounds 3] [--sr
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -56,6 +58,14 @@ sys.exit(main())
 """
 
 
+def quiet_disk() -> None:
+    """Each timed command meets a disk that is done with the commands before it, as a cron
+    run minutes after the last one does: the first run just before a re-run writes ~40 MB and
+    its folder is removed, and a re-run's syncs (the state's commit) would otherwise wait for
+    the file system's journal to take that in."""
+    os.sync()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", default="50000,200000")
@@ -74,6 +84,7 @@ def main() -> int:
         for f in root.rglob("*.txt"):
             f.read_bytes()
         walk = bare_walk(root)
+        quiet_disk()
         firsts = [timed(publish, env)]
         fresh = OUT / "republish" / f"first-{n}"
         reruns: list[float] = []
@@ -83,6 +94,7 @@ def main() -> int:
             if r:
                 # This round's first run, of the tree as it is now, into a state of its own.
                 shutil.rmtree(fresh, ignore_errors=True)
+                quiet_disk()
                 firsts.append(
                     timed(
                         command("publish", str(root), "--base-url", BASE, "--out", str(fresh)), env
@@ -92,7 +104,9 @@ def main() -> int:
             for turn, argv in enumerate((publish, [sys.executable, "-c", ALONE, *publish[1:]])):
                 changed = one_percent(root, n, f" changed {r}.{turn}", 2 * r + turn)
                 # As between two cron runs: the changed files are older than the 2 s within
-                # which a file counts as racily clean (read again by the next run too).
+                # which a file counts as racily clean (read again by the next run too), and
+                # the disk is done with what the runs before wrote.
+                quiet_disk()
                 time.sleep(2.1)
                 seconds, written, read = timed_io(argv, env)
                 if turn:
