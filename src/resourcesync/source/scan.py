@@ -501,28 +501,11 @@ class Journal:
         return max(len(self.upserts), len(self.changes))
 
     def flush(self) -> None:
-        if self.journal:
-            # A re-run's rows go to the state's pending rows, in the order they come (not a
-            # page of `resources` rewritten for each: state.py).
-            self.state.write_rows(self.upserts, self.deletes)
-            self.upserts.clear()
-            self.deletes.clear()
-        # Deletions first: a key can be deleted (moved URI) and written again in one batch.
-        if self.deletes:
-            self.db.executemany("DELETE FROM resources WHERE key = ?", self.deletes)
-            self.deletes.clear()
-        if self.upserts:
-            self.db.executemany(
-                # An upsert, not INSERT OR REPLACE (a delete and an insert): the row is
-                # written over in its page, a fifth fewer pages written after 1 % changed.
-                "INSERT INTO resources (key, uri, fingerprint, lastmod, length, "
-                "type, hashes, xml) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
-                "SET uri = excluded.uri, fingerprint = excluded.fingerprint, "
-                "lastmod = excluded.lastmod, length = excluded.length, type = excluded.type, "
-                "hashes = excluded.hashes, xml = excluded.xml",
-                self.upserts,
-            )
-            self.upserts.clear()
+        # A re-run's rows go to the state's pending rows, in the order they come (not a page
+        # of `resources` rewritten for each); a first scan's to `resources` (state.py).
+        self.state.write_rows(self.upserts, self.deletes, pending=self.journal)
+        self.upserts.clear()
+        self.deletes.clear()
         if self.changes:
             self.db.executemany(
                 "INSERT INTO changes (key, uri, change, datetime, lastmod, length, type, "

@@ -48,6 +48,13 @@ PENDING_FORMAT = "2"
 FOLD_AT = 20_000
 #: The snapshot's columns, as `resources` and `pending` both hold them.
 COLUMNS = "key, uri, fingerprint, lastmod, length, type, hashes, xml"
+#: A row written into `resources` over the one of its key: an upsert, not INSERT OR REPLACE (a
+#: delete and an insert), so the row is written over in its page (a fifth fewer pages).
+_OVER = (
+    "ON CONFLICT (key) DO UPDATE SET uri = excluded.uri, fingerprint = excluded.fingerprint, "
+    "lastmod = excluded.lastmod, length = excluded.length, type = excluded.type, "
+    "hashes = excluded.hashes, xml = excluded.xml"
+)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS resources (
@@ -299,10 +306,22 @@ class SetState:
             self.listings.forget()
             self.db.execute("DELETE FROM meta WHERE key = 'dirs_for'")
 
-    def write_rows(self, rows: list[tuple[Any, ...]], deleted: list[tuple[str]]) -> None:
-        """Record rows of the snapshot (`COLUMNS`) and keys deleted from it, as pending rows
-        (deletions first: a key can be deleted and written again in one batch)."""
+    def write_rows(
+        self, rows: list[tuple[Any, ...]], deleted: list[tuple[str]], *, pending: bool
+    ) -> None:
+        """Record rows of the snapshot (`COLUMNS`) and keys deleted from it (deletions first: a
+        key can be deleted and written again in one batch): as pending rows, or (a first
+        scan's, with none pending) into `resources` itself."""
         if not rows and not deleted:
+            return
+        if not pending:
+            if deleted:
+                self.db.executemany("DELETE FROM resources WHERE key = ?", deleted)
+            if rows:
+                self.db.executemany(
+                    f"INSERT INTO resources ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) {_OVER}",
+                    rows,
+                )
             return
         if self.get("schema") != PENDING_FORMAT:
             self.put("schema", PENDING_FORMAT)
@@ -328,10 +347,7 @@ class SetState:
         )
         self.db.execute(
             f"INSERT INTO resources ({COLUMNS}) SELECT {COLUMNS} FROM pending "
-            "WHERE uri IS NOT NULL ORDER BY key ON CONFLICT (key) DO UPDATE "
-            "SET uri = excluded.uri, fingerprint = excluded.fingerprint, "
-            "lastmod = excluded.lastmod, length = excluded.length, type = excluded.type, "
-            "hashes = excluded.hashes, xml = excluded.xml"
+            f"WHERE uri IS NOT NULL ORDER BY key {_OVER}"
         )
         self.db.execute("DELETE FROM pending")
         self.put("schema", PLAIN_FORMAT)
