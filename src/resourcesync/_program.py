@@ -23,12 +23,17 @@ INTERRUPTED = 130
 
 def main() -> None:
     try:
-        from . import _imports
+        from . import _early, _imports
 
         _imports.enable()
-        from .cli import run
+        try:
+            # A `publish` re-run's walk begun before the command line is loaded (15.3).
+            _early.begin(sys.argv[1:])
+            from .cli import run
 
-        run()
+            run()
+        finally:
+            _early.close()
     except KeyboardInterrupt:
         # Only while the program loads: a command's own handling says the same from then on.
         sys.stderr.write("resourcesync: interrupted\n")
