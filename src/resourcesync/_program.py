@@ -23,17 +23,12 @@ INTERRUPTED = 130
 
 def main() -> None:
     try:
-        from . import _early, _imports
+        from . import _imports
 
         _imports.enable()
-        try:
-            # A `publish` re-run's walk begun before the command line is loaded (15.3).
-            _early.begin(sys.argv[1:])
-            from .cli import run
+        from .cli import run
 
-            run()
-        finally:
-            _early.close()
+        run()
     except KeyboardInterrupt:
         # Only while the program loads: a command's own handling says the same from then on.
         sys.stderr.write("resourcesync: interrupted\n")

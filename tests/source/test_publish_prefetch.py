@@ -31,12 +31,10 @@ NS = {
 }
 
 # `publish` as a command, the child's threshold at nothing (or the child never forked, with
-# PREFETCH=off), the listings it handed over counted, each fork noted with what was loaded by
-# then: "entry" (not the command line: the program's entry forks, `resourcesync._early`),
-# "command" (the command line, not the scan: `prefetch.head_start`) or "scan"; with
-# DIE_AFTER=N, a child that dies after N listings; with INTERRUPT=1, a run interrupted
-# (Ctrl-C) in the middle of its scan, with INTERRUPT=loading while it loads the command line;
-# with MISREAD=1, the entry's reading of the arguments wrong (--hidden where it is not).
+# PREFETCH=off), the listings it handed over counted, each fork noted with whether the scan
+# was loaded by then (the command forks before: `prefetch.head_start`); with DIE_AFTER=N, a
+# child that dies after N listings; with INTERRUPT=1, a run interrupted (Ctrl-C) in the
+# middle of its scan.
 RUNNER = r"""
 import os, sys
 import resourcesync.source.prefetch as p
@@ -51,10 +49,7 @@ parent = os.getpid()
 forks = []
 fork = os.fork
 def noted():
-    forks.append(
-        "scan" if "resourcesync.source.scan" in sys.modules
-        else "command" if "click" in sys.modules else "entry"
-    )
+    forks.append("resourcesync.source.scan" in sys.modules)
     return fork()
 os.fork = noted
 receive = p.ListingPrefetch._receive
@@ -77,20 +72,7 @@ def listing(self, directory, prefix):
             os._exit(3)
     return list_dir(self, directory, prefix)
 inv.DirectoryInventory.list_dir = listing
-if os.environ.get("MISREAD"):
-    import resourcesync._early as early
-    read = early.read
-    def misread(args):
-        directory, options = read(args)
-        return directory, {**options, "hidden": True}
-    early.read = misread
-if os.environ.get("INTERRUPT") == "loading":
-    class Interrupt:
-        def find_spec(self, name, path, target=None):
-            if name == "click":
-                raise KeyboardInterrupt
-    sys.meta_path.insert(0, Interrupt())
-elif os.environ.get("INTERRUPT"):
+if os.environ.get("INTERRUPT"):
     import resourcesync.source.scan as scan
     compare = scan.Journal.compare
     def interrupted(self, *a, **k):
@@ -212,25 +194,6 @@ def _mutate(data: Path, rng: random.Random) -> None:
     (data / "a-b" / "x" / "added.txt").write_text("added\n")
 
 
-def _mutate_files(data: Path, rng: random.Random) -> None:
-    """Some files changed, one new, one gone: the directories stay."""
-    files = sorted(p for p in data.rglob("f*.txt") if not p.is_symlink())
-    for path in rng.sample(files, len(files) // 3):
-        path.write_text(path.read_text() + f"{rng.random()}\n")
-    (data / "a" / f"n{rng.randint(0, 10**6)}.txt").write_text("new\n")
-    files[0].unlink()
-
-
-def _published_then_changed(tmp_path: Path, seed: int) -> tuple[Path, Path]:
-    """A tree published once, then changed (`_mutate`): its directory and OUTDIR."""
-    rng = random.Random(seed)
-    data, out = tmp_path / "data", tmp_path / "out"
-    _tree(data, rng)
-    assert _publish(data, out).returncode == 0
-    _mutate(data, rng)
-    return data, out
-
-
 def test_a_prefetched_rerun_publishes_what_a_walk_of_its_own_publishes(tmp_path: Path) -> None:
     rng = random.Random(15)
     data = tmp_path / "data"
@@ -254,10 +217,9 @@ def test_a_prefetched_rerun_publishes_what_a_walk_of_its_own_publishes(tmp_path:
             assert run.returncode == 0, run.stderr
         handed, own = _counts(results["prefetch"])
         # The two processes shared the walk (how, the machine decides: see `ListingPrefetch`),
-        # the child forked by the program's entry before it loaded the command line, and taken
-        # over by the scan.
+        # the child forked by the command before it loaded the scan, which took it over.
         assert handed > 0 and own < dirs
-        assert _forks(results["prefetch"]) == "['entry']" and _forks(results["alone"]) == "[]"
+        assert _forks(results["prefetch"]) == "[False]" and _forks(results["alone"]) == "[]"
         assert _counts(results["alone"]) == (0, dirs)
         truth = _truth(data)
         assert _published(runs["prefetch"]) == _published(runs["alone"]) == truth
@@ -270,7 +232,11 @@ def test_a_prefetched_rerun_publishes_what_a_walk_of_its_own_publishes(tmp_path:
 
 
 def test_a_child_that_dies_leaves_the_scan_to_list_the_rest(tmp_path: Path) -> None:
-    data, out = _published_then_changed(tmp_path, 16)
+    rng = random.Random(16)
+    data, out = tmp_path / "data", tmp_path / "out"
+    _tree(data, rng)
+    assert _publish(data, out).returncode == 0
+    _mutate(data, rng)
     run = _publish(data, out, env={"DIE_AFTER": "3"})
     assert run.returncode == 0, run.stderr
     assert 0 < _handed(run) <= 3
@@ -286,15 +252,10 @@ def test_an_interrupted_run_leaves_no_child_and_records_nothing(tmp_path: Path) 
     assert _publish(data, out).returncode == 0
     before = _published(out)
     _mutate(data, rng)
-    # In the middle of the scan, and while the command line loads (the entry's child begun).
-    # (The runner loads the scan itself to interrupt it: the entry's fork is noted "scan".)
-    for when, forks in (("1", "['scan']"), ("loading", "['entry']")):
-        run = _publish(data, out, env={"INTERRUPT": when})
-        assert run.returncode == 130, run.stderr
-        assert run.stderr.startswith("resourcesync: interrupted\n"), run.stderr
-        assert _forks(run) == forks
-        _handed(run)  # the child was reaped
-        assert _published(out) == before
+    run = _publish(data, out, env={"INTERRUPT": "1"})
+    assert run.returncode == 130, run.stderr
+    _handed(run)  # the child was reaped
+    assert _published(out) == before
     after = _publish(data, out)
     assert after.returncode == 0, after.stderr
     assert _published(out) == _truth(data)
@@ -399,49 +360,10 @@ def test_a_run_stopped_before_its_scan_leaves_no_child(tmp_path: Path) -> None:
         run = _publish(data, out)
     assert run.returncode != 0
     assert "another publish is running for this output" in run.stderr
-    assert _forks(run) == "['entry']" and _handed(run) == 0  # and reaped (`_counts`)
+    assert _forks(run) == "[False]" and _handed(run) == 0  # and reaped (`_counts`)
     again = _publish(data, out)
     assert again.returncode == 0, again.stderr
     assert _published(out) == _truth(data)
-
-
-def test_the_entry_begins_the_walk_and_the_command_takes_it_over_only_for_its_inventory(
-    tmp_path: Path,
-) -> None:
-    """The program's entry forks the lister from its own reading of the arguments, before the
-    command line is loaded; the command takes it over only when it lists the inventory of the
-    command's own reading. Arguments the entry does not read: the command begins the child.
-    Read wrong (--hidden where the command has none, over a state published with it): the
-    entry's child lists for the state's inventory, not the command's, and none of its listings
-    is used (the takeover compares the inventories; the scan, the state's listings with its
-    own). Each run publishes what is there."""
-    rng = random.Random(21)
-    data, out = tmp_path / "data", tmp_path / "out"
-    _tree(data, rng)
-    assert _publish(data, out).returncode == 0
-    for extra, forks in (((), "['entry']"), (("-qv",), "['command']")):
-        _mutate_files(data, rng)
-        run = _publish(data, out, *extra)
-        assert run.returncode == 0, run.stderr
-        assert _forks(run) == forks, extra
-        assert _handed(run) > 0  # the child the scan took over handed listings (and reaped)
-        assert _published(out) == _truth(data)
-    hidden = _publish(data, out, "--hidden")
-    assert hidden.returncode == 0, hidden.stderr
-    assert "/.hidden/h.txt" in str(_published(out))
-    _mutate_files(data, rng)
-    run = _publish(data, out, env={"MISREAD": "1"})
-    assert run.returncode == 0, run.stderr
-    assert _forks(run) == "['entry']" and _counts(run)[0] == 0  # ended unused, and reaped
-    assert _published(out) == _truth(data)
-
-
-def test_a_usage_error_leaves_no_child(tmp_path: Path) -> None:
-    """The entry's child is ended when the command stops before it took it over."""
-    data, out = _published_then_changed(tmp_path, 22)
-    run = _publish(data, out, "--max-entries", "0")
-    assert run.returncode == 2 and "--max-entries" in run.stderr, run.stderr
-    assert _forks(run) == "['entry']" and _handed(run) == 0  # and reaped (`_counts`)
 
 
 TAKE_OVER = r"""

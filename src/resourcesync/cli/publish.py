@@ -13,8 +13,11 @@ from ..source.config import (
     DEFAULT_RESOURCELIST_EVERY,
     ConfigError,
     PublishConfig,
+    SetConfig,
+    load_config,
+    parse_duration,
+    parse_size,
 )
-from ..source.config import config_from_options as source_config_from_options
 from ._common import (
     EXIT_FINDINGS,
     emit_json,
@@ -25,6 +28,13 @@ from ._common import (
     stderr_console,
     summary_line,
 )
+
+
+def _split_list(values: tuple[str, ...]) -> tuple[str, ...]:
+    out: list[str] = []
+    for v in values:
+        out += [x.strip() for x in v.split(",") if x.strip()]
+    return tuple(out)
 
 
 def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -172,7 +182,51 @@ def publish_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def config_from_options(directory: Path | None, **o: Any) -> PublishConfig:
     """The PublishConfig that the `publish_options` describe."""
     try:
-        return source_config_from_options(directory, o)
+        if o.get("config_file"):
+            config = load_config(o["config_file"])
+            if o.get("out"):
+                config.out = o["out"]
+            if o.get("hub_token"):
+                for s in config.sets:
+                    s.hub_token = s.hub_token or o["hub_token"]
+            return config
+        if directory is None or not o.get("base_url") or not o.get("out"):
+            raise click.UsageError("give DIR, --base-url and --out (or --config FILE)")
+        hashes = _split_list(o.get("hashes") or ()) or ("md5",)
+        max_age = o.get("changelist_max_age")
+        s = SetConfig(
+            name=o.get("name") or "resourcesync",
+            dir=directory,
+            base_url=o["base_url"],
+            capabilities=_split_list((o.get("capabilities") or "",)),
+            hashes=hashes,
+            include=tuple(o.get("include") or ()),
+            exclude=tuple(o.get("exclude") or ()),
+            describedby=o.get("describedby"),
+            hidden=bool(o.get("hidden")),
+            hub=o.get("hub"),
+            hub_token=o.get("hub_token") or None,
+            framework_notification=bool(o.get("framework_notification")),
+            max_entries=o.get("max_entries") or 50_000,
+            max_bytes=parse_size(o.get("max_size") or "50M"),
+            changelist_max_entries=o.get("changelist_max_entries") or 10_000,
+            changelist_max_age=parse_duration(max_age) if max_age else None,
+            package_size=parse_size(o.get("package_size") or "256M"),
+            resourcelist_every=o.get("resourcelist_every", DEFAULT_RESOURCELIST_EVERY),
+            keep_resourcelists=o.get("keep_resourcelists", 5),
+            keep_resourcedumps=o.get("keep_resourcedumps", 2),
+            keep_changelists=o.get("keep_changelists"),
+            keep_changedumps=o.get("keep_changedumps"),
+            max_delete=o.get("max_delete"),
+            allow_empty=bool(o.get("allow_empty")),
+        )
+        return PublishConfig(
+            out=o["out"],
+            sets=[s],
+            docs_url=o.get("docs_url") or "",
+            spec_version=o.get("spec_version") or "1.1",
+            fsync=bool(o.get("fsync")),
+        )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -206,13 +260,11 @@ def publish(
     Example:
       resourcesync publish ./files --base-url https://example.org/files/ --out ./public
     """
-    from .. import _early
     from ..source.prefetch import head_start
 
     config = config_from_options(directory, **options)
-    # The tree's listing begun first (or taken over from the program's entry, which began it
-    # before the command line was loaded), while the scan and the writers are loaded (15.3).
-    with head_start(config, _early.take()) as early:
+    # The tree's listing begun first, while the scan and the writers are loaded (issue 15.3).
+    with head_start(config) as early:
         from ..source.publish import publish as run_publish
         from ..source.scan import DeletionsRefused
 

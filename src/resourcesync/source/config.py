@@ -23,7 +23,6 @@ resources of a set are published at its `base_url` (the set's directory is serve
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,12 +39,10 @@ __all__ = [
     "STATE_DIR",
     "PublishConfig",
     "SetConfig",
-    "config_from_options",
     "load_config",
     "parse_duration",
     "parse_every",
     "parse_size",
-    "split_list",
 ]
 
 STATE_DIR = ".resourcesync"
@@ -362,63 +359,3 @@ def _set_from(here: Path, table: dict[str, Any]) -> SetConfig:
         values[key] = value
     values.setdefault("name", Path(values["dir"]).name)
     return SetConfig(**values)
-
-
-def split_list(values: Iterable[str]) -> tuple[str, ...]:
-    """Values given as repeated options, each possibly comma-separated ("md5,sha-256")."""
-    out: list[str] = []
-    for v in values:
-        out += [x.strip() for x in v.split(",") if x.strip()]
-    return tuple(out)
-
-
-def config_from_options(directory: Path | None, options: Mapping[str, Any]) -> PublishConfig:
-    """The PublishConfig that `publish`'s options describe (as click gives them, by parameter
-    name; one not given may be left out). The command line's, and the early start's
-    (`resourcesync._early`), which must come to the same inventory."""
-    o = options
-    if o.get("config_file"):
-        config = load_config(o["config_file"])
-        if o.get("out"):
-            config.out = o["out"]
-        if o.get("hub_token"):
-            for s in config.sets:
-                s.hub_token = s.hub_token or o["hub_token"]
-        return config
-    if directory is None or not o.get("base_url") or not o.get("out"):
-        raise ConfigError("give DIR, --base-url and --out (or --config FILE)")
-    hashes = split_list(o.get("hashes") or ()) or ("md5",)
-    max_age = o.get("changelist_max_age")
-    s = SetConfig(
-        name=o.get("name") or "resourcesync",
-        dir=directory,
-        base_url=o["base_url"],
-        capabilities=split_list((o.get("capabilities", ",".join(DEFAULT_CAPABILITIES)) or "",)),
-        hashes=hashes,
-        include=tuple(o.get("include") or ()),
-        exclude=tuple(o.get("exclude") or ()),
-        describedby=o.get("describedby"),
-        hidden=bool(o.get("hidden")),
-        hub=o.get("hub"),
-        hub_token=o.get("hub_token") or None,
-        framework_notification=bool(o.get("framework_notification")),
-        max_entries=o.get("max_entries") or 50_000,
-        max_bytes=parse_size(o.get("max_size") or "50M"),
-        changelist_max_entries=o.get("changelist_max_entries") or 10_000,
-        changelist_max_age=parse_duration(max_age) if max_age else None,
-        package_size=parse_size(o.get("package_size") or "256M"),
-        resourcelist_every=o.get("resourcelist_every", DEFAULT_RESOURCELIST_EVERY),
-        keep_resourcelists=o.get("keep_resourcelists", 5),
-        keep_resourcedumps=o.get("keep_resourcedumps", 2),
-        keep_changelists=o.get("keep_changelists"),
-        keep_changedumps=o.get("keep_changedumps"),
-        max_delete=o.get("max_delete"),
-        allow_empty=bool(o.get("allow_empty")),
-    )
-    return PublishConfig(
-        out=o["out"],
-        sets=[s],
-        docs_url=o.get("docs_url") or "",
-        spec_version=o.get("spec_version") or "1.1",
-        fsync=bool(o.get("fsync")),
-    )

@@ -16,13 +16,11 @@ notes as if it had listed the directory at that moment. A directory the child di
 since the last run), or any listing the child could not hand over (it died, it was killed), is
 listed by the scan itself: the child only ever saves time.
 
-It is begun before the run has loaded the rest of itself: `publish` from cron spends a third
-of a re-run of 50,000 files starting (the interpreter, the command line, then the scan, the
-documents' writers and their dependencies), and the child's listing overlaps these. The
-program's entry begins it from its own reading of the arguments before it loads the command
-line (`resourcesync._early`, through `begin`); the command, before it loads the scan
-(`head_start`), takes that one over or begins one; the scan takes it over. Each takes a child
-over only when it lists for the same inventory, and otherwise ends it and starts its own.
+A command begins it before it has loaded the rest of itself (`head_start`): `publish` from
+cron spends a third of a re-run of 50,000 files starting (the interpreter, the command line,
+then the scan, the documents' writers and their dependencies), and the child's listing
+overlaps the last of these. The scan takes such a child over when it lists for the same
+inventory, and otherwise ends it and starts its own.
 
 Only where forking is safe and worth it: Linux, two CPUs to run on, a process with no other
 thread (a thread holding a lock, the allocator's or the import system's, when the process
@@ -51,7 +49,7 @@ from .packed import Listing
 if TYPE_CHECKING:
     from .config import PublishConfig
 
-__all__ = ["ListingPrefetch", "begin", "head_start", "scan_order", "usable"]
+__all__ = ["ListingPrefetch", "head_start", "scan_order", "usable"]
 
 #: Below this many files (as the state's listings measure them: about 45 bytes a file, 32 of
 #: them its stat) a re-run walks on its own: the fork and the pipe would cost more than the
@@ -85,46 +83,27 @@ def usable() -> bool:
 
 
 @contextlib.contextmanager
-def head_start(
-    config: PublishConfig, early: ListingPrefetch | None = None
-) -> Iterator[dict[str, ListingPrefetch]]:
+def head_start(config: PublishConfig) -> Iterator[dict[str, ListingPrefetch]]:
     """The first set's listings begun now, before the command loads the scan (by set name, for
-    `publish(head_starts=…)`), where a re-run would have its walk shared: `early`, begun before
-    the command line was loaded (`resourcesync._early`), when it lists this inventory, else a
-    child of its own. Every child is ended when the block is left, whether the scan took it
-    over or not."""
+    `publish(head_starts=…)`), where a re-run would have its walk shared; the child is ended
+    when the block is left, whether the scan took it over or not."""
     started: dict[str, ListingPrefetch] = {}
-    try:
-        prefetch = begin(config, early)
-        if prefetch is not None:
-            started[config.sets[0].name] = prefetch
-        yield started
-    finally:
-        for prefetch in started.values():
-            prefetch.close()
-        if early is not None:
-            early.close()  # when it was not taken over (closing twice is nothing)
-
-
-def begin(config: PublishConfig, started: ListingPrefetch | None = None) -> ListingPrefetch | None:
-    """A child listing the first set of `config` as its state knows it (`start`), where it is
-    worth one; `started`, one begun before, taken over when it lists the same inventory."""
     s = config.sets[0]
     try:
         ready = s.dir.is_dir()
     except OSError:
         ready = False  # said by the run, as it would be without a head start
-    if not ready:
-        if started is not None:
-            started.close()
-        return None
-    inventory = DirectoryInventory.of_set(config, s)
-    if started is not None:
-        taken = ListingPrefetch.start(inventory, [], started)  # taken over, or ended
-        if taken is not None:
-            return taken
-    known = peek(config.state_file(s), inventory.signature(s.hashes))
-    return ListingPrefetch.start(inventory, known)
+    try:
+        if ready:
+            inventory = DirectoryInventory.of_set(config, s)
+            known = peek(config.state_file(s), inventory.signature(s.hashes))
+            prefetch = ListingPrefetch.start(inventory, known)
+            if prefetch is not None:
+                started[s.name] = prefetch
+        yield started
+    finally:
+        for prefetch in started.values():
+            prefetch.close()
 
 
 def scan_order(prefixes: Iterable[str]) -> list[str]:
