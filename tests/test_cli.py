@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -912,25 +913,32 @@ def test_the_program_collects_its_youngest_objects_less_often_and_the_library_ne
     ["click", "resourcesync.cli.document"],
     ids=["the command line", "the command's module"],
 )
-def test_a_ctrl_c_while_the_program_loads_is_one_line_and_130(loading: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "code", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+    ids=["Ctrl-C", "SIGTERM"],
+)
+def test_a_signal_while_the_program_loads_is_one_line_and_its_code(
+    loading: str, signum: int, code: int, said: str, tmp_path: Path
+) -> None:
     # A Ctrl-C in the program's first tenth of a second (the console script importing the
     # command line, the group importing the command's module) printed the traceback of the
-    # import it interrupted, or click's "Aborted!" with exit 1. Played deterministically: the
-    # import raises KeyboardInterrupt, as the signal would.
+    # import it interrupted, or click's "Aborted!" with exit 1; a SIGTERM killed it without a
+    # word. Played deterministically: the signal sent to itself as that import begins.
     program = (
-        "import sys\n"
+        "import os, sys\n"
         "class Interrupt:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         f"        if name == {loading!r}:\n"
-        "            raise KeyboardInterrupt\n"
+        f"            os.kill(os.getpid(), {int(signum)})\n"
         "sys.meta_path.insert(0, Interrupt())\n"
         f"sys.argv = ['resourcesync', 'validate', {str(tmp_path / 'x.xml')!r}]\n"
         "from resourcesync._program import main\n"
         "main()\n"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
-    assert done.returncode == 130, done.stderr
-    assert done.stderr == "resourcesync: interrupted\n", done.stderr
+    assert done.returncode == code, done.stderr
+    assert done.stderr == f"resourcesync: {said}\n", done.stderr
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,9 @@
 """The `resourcesync` program's entry: its console script and `python -m resourcesync`.
 
-It imports nothing of the command line before it can answer a Ctrl-C: one pressed while the
-program loads (the command line, then the command's own module) ends it as one pressed later
-does — "resourcesync: interrupted", exit 130 — not with the traceback of the import it
-interrupted.
+It imports nothing of the command line before it can answer a Ctrl-C or a SIGTERM: one that
+comes while the program loads (the command line, then the command's own module) ends it as one
+later does — "resourcesync: interrupted", exit 130; "resourcesync: terminated", exit 143 — not
+with the traceback of the import it interrupted, nor killed by the signal without a word.
 
 `entry` is the process's own entry (the console script, `python -m resourcesync`): `main`,
 then the process ended as soon as the command is done (`end`). `main` alone raises SystemExit
@@ -14,15 +14,32 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import threading
+from typing import Any
 
 #: 128 + SIGINT, as a shell reports a command that Ctrl-C stopped.
 INTERRUPTED = 130
+#: 128 + SIGTERM.
+TERMINATED = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the main thread is, as KeyboardInterrupt is for SIGINT."""
+
+
+def terminate(signum: int, frame: Any) -> None:
+    """A SIGTERM handler: `Terminated` (a service manager stopping the program ends a run as
+    Ctrl-C does: cleanly, one line)."""
+    raise Terminated
 
 
 def main() -> None:
     try:
+        if threading.current_thread() is threading.main_thread():
+            # While the program loads; a command's own handling takes over once it runs.
+            signal.signal(signal.SIGTERM, terminate)
         from . import _imports
 
         _imports.enable()
@@ -33,6 +50,9 @@ def main() -> None:
         # Only while the program loads: a command's own handling says the same from then on.
         sys.stderr.write("resourcesync: interrupted\n")
         sys.exit(INTERRUPTED)
+    except Terminated:
+        sys.stderr.write("resourcesync: terminated\n")
+        sys.exit(TERMINATED)
 
 
 def entry() -> None:

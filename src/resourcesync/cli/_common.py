@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from .._program import TERMINATED, Terminated, terminate
 from ..errors import ResourceSyncError, damaged_database, storage_failure
 from ..w3cdt import format_w3c
 
@@ -167,7 +168,7 @@ def _handled(func: F, verb: str) -> F:
         # line, exit 143 — every write is atomic, so what was done stays done (issue 14.4).
         previous = None
         if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, _terminate)
+            previous = signal.signal(signal.SIGTERM, terminate)
         status: object = 1  # an error nobody caught, until the command returns
         try:
             try:
@@ -178,8 +179,8 @@ def _handled(func: F, verb: str) -> F:
                 fail(str(exc), EXIT_FINDINGS if exc.full else EXIT_ERROR)
             except KeyboardInterrupt:
                 fail("interrupted", 130)
-            except _Terminated:
-                fail("terminated", 143)
+            except Terminated:
+                fail("terminated", TERMINATED)
             except BrokenPipeError:
                 # The reader of our output went away (e.g. `| head`): not an error of ours.
                 sys.stderr.close()
@@ -250,14 +251,6 @@ def hold_signals_at_exit() -> None:
     shutdown that hangs (an exit function waiting on something) at once."""
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised where the main thread is, like KeyboardInterrupt for SIGINT."""
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise _Terminated
 
 
 class Duration(click.ParamType[float]):
