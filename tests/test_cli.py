@@ -941,6 +941,26 @@ def test_a_signal_while_the_program_loads_is_one_line_and_its_code(
     assert done.stderr == f"resourcesync: {said}\n", done.stderr
 
 
+def test_the_program_gives_sigterm_back_when_no_command_took_it() -> None:
+    """Its handler for the loading is the program's only until a command puts its own in:
+    a caller of `main` that goes on after it (here after `--version`, which runs no command)
+    finds SIGTERM as it was."""
+    program = (
+        "import signal, sys\n"
+        "def mine(signum, frame): pass\n"
+        "signal.signal(signal.SIGTERM, mine)\n"
+        "sys.argv = ['resourcesync', '--version']\n"
+        "from resourcesync._program import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as done:\n"
+        "    print(done.code, signal.getsignal(signal.SIGTERM) is mine)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "0 True", done.stdout
+
+
 @pytest.mark.parametrize(
     "url",
     [

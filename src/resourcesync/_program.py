@@ -36,10 +36,11 @@ def terminate(signum: int, frame: Any) -> None:
 
 
 def main() -> None:
+    previous = None
     try:
         if threading.current_thread() is threading.main_thread():
             # While the program loads; a command's own handling takes over once it runs.
-            signal.signal(signal.SIGTERM, terminate)
+            previous = signal.signal(signal.SIGTERM, terminate)
         from . import _imports
 
         _imports.enable()
@@ -53,6 +54,11 @@ def main() -> None:
     except Terminated:
         sys.stderr.write("resourcesync: terminated\n")
         sys.exit(TERMINATED)
+    finally:
+        # Given back unless a command put its own in (the one that ends the process at once
+        # once it is done: `cli._common`).
+        if previous is not None and signal.getsignal(signal.SIGTERM) is terminate:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def entry() -> None:
