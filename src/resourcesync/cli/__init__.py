@@ -92,7 +92,8 @@ def main() -> None:
     """Keep copies of web resources in step with their origin (ResourceSync, ANSI/NISO Z39.99).
 
     Exit codes: 0 success, 1 the command found problems (errors, differences), 2 an input could
-    not be read or the command could not run.
+    not be read or the command could not run, 130 stopped by Ctrl-C, 143 stopped by SIGTERM
+    (each said in one line; what was done stays done).
     """
 
 
