@@ -288,6 +288,8 @@ class DocumentWriter:
             self._out = target
         head = self._ser.header(document).encode("utf-8")
         self._out.write(head)
+        #: The document's header (everything before its first entry), as written.
+        self.header = head
         self.header_bytes = len(head)
         self.bytes = len(head)
         self._footer = self._ser.footer(document).encode("utf-8")
@@ -303,6 +305,24 @@ class DocumentWriter:
         self._out.write(data)
         self.bytes += len(data)
         self.count += 1
+
+    def copy_entries(self, source: IO[bytes], length: int, entries: int) -> None:
+        """`entries` entries serialized before: the next `length` bytes of `source` (the same
+        document as an earlier writer left it, read from after its header), copied as they
+        are, a MiB at a time."""
+        left = length
+        while left:
+            chunk = source.read(min(left, 1 << 20))
+            if not chunk:
+                raise OSError(f"{getattr(source, 'name', 'a document')}: shorter than its record")
+            self._out.write(chunk)
+            left -= len(chunk)
+        self.bytes += length
+        self.count += entries
+
+    @property
+    def footer(self) -> bytes:
+        return self._footer
 
     @property
     def footer_bytes(self) -> int:

@@ -9,13 +9,15 @@ List after them.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..model import Document, Link, Resource
 from ..sitemap import write_document, write_split
@@ -27,10 +29,44 @@ from .state import SetState
 
 __all__ = ["DocumentInfo", "SetRun", "stamp"]
 
+#: The state's record of the open Change List as it was last written (`SetRun.write_changes`).
+OPEN_LIST = "cl_open_written"
+
 
 def stamp(t: datetime) -> str:
     """A time as a folder name: `20261127T090500.123456Z`."""
     return t.strftime("%Y%m%dT%H%M%S") + f".{t.microsecond:06d}Z"
+
+
+def _kept_open_list(
+    record: str | None, name: str, path: Path, first: int, settings: str
+) -> tuple[IO[bytes], int, int, int] | None:
+    """The open Change List's file as the last run wrote it, opened, with its size, its
+    number of entries and the journal's last change in it; None when the state's record of
+    it is not of this list (its name, its first change, the settings) or no longer holds of
+    the file (its size, time of change or inode moved: written by something else since)."""
+    if record is None:
+        return None
+    try:
+        was_name, was_first, through, count, size, mtime_ns, ino, was_settings = json.loads(record)
+    except ValueError:
+        return None
+    if (was_name, was_first, was_settings) != (name, first, settings):
+        return None
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (the caller closes it)
+    except OSError:
+        return None
+    st = os.fstat(f.fileno())
+    if (st.st_size, st.st_mtime_ns, st.st_ino) != (size, mtime_ns, ino):
+        f.close()
+        return None
+    return f, int(size), int(count), int(through)
+
+
+def _tail(f: IO[bytes], size: int, n: int) -> bytes:
+    f.seek(size - n)
+    return f.read(n)
 
 
 def _no_phase(what: str) -> None:
@@ -175,14 +211,50 @@ class SetRun:
         return n
 
     def write_changes(self, name: str, doc: Document, first: int, last: int | None = None) -> None:
-        """A Change List of the journal's entries from `first` (to `last`)."""
-        if self.v != "1.1":
-            self.write(name, doc, self.state.changes(first, last))
-            return
-        with DocumentWriter(self.path(name), doc, fsync=self.config.fsync) as w:
-            for xml in self.state.change_entries(first, last):
-                w.write_bytes(xml)
+        """A Change List of the journal's entries from `first` (to `last`).
+
+        The open list (no `last`) is written again by every run that journaled a change, and
+        grows to `changelist_max_entries` before it is closed: it keeps the entries it was
+        written with, copied from the file as the last run left it, and only the journal's
+        new entries are read and serialized, so that a run costs what changed, not the
+        list's length. The file is taken as the last run left it only as far as the state's
+        record of it holds (the same list, settings, size, time of change and inode; the
+        same header and footer): anything else writes the list whole."""
+        path = self.path(name)
+        top = self.state.max_seq() if last is None else last
+        kept = (
+            _kept_open_list(self.state.get(OPEN_LIST), name, path, first, self._settings)
+            if last is None
+            else None
+        )
+        with contextlib.ExitStack() as stack:
+            w = stack.enter_context(
+                DocumentWriter(path, doc, spec_version=self.v, fsync=self.config.fsync)
+            )
+            start = first
+            if kept is not None:
+                old = stack.enter_context(kept[0])
+                size, count, through = kept[1:]
+                length = size - len(w.header) - len(w.footer)
+                if (
+                    length >= 0
+                    and old.read(len(w.header)) == w.header
+                    and _tail(old, size, len(w.footer)) == w.footer
+                ):
+                    old.seek(len(w.header))
+                    w.copy_entries(old, length, count)
+                    start = through + 1
+            if self.v == "1.1":
+                for xml in self.state.change_entries(start, top):
+                    w.write_bytes(xml)
+            else:
+                for resource in self.state.changes(start, top):
+                    w.write(resource)
         self.written += 1
+        if last is None:
+            st = path.stat()
+            record = [name, first, top, w.count, st.st_size, st.st_mtime_ns, st.st_ino]
+            self.state.put(OPEN_LIST, json.dumps([*record, self._settings]))
 
     def event(self, capability: str, name: str, change: str, *, index: str | None = None) -> None:
         """Note a change to one of the set's documents for the framework channel (never an
