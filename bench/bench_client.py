@@ -250,26 +250,34 @@ def compare(
             }
 
 
+#: The command under cProfile: the program ends by `os._exit` after its exit functions (so
+#: that no thread or finalizer holds a finished command up), which `python -m cProfile` never
+#: gets past to write its figures; an exit function of its own writes them.
+PROFILED = """
+import atexit, cProfile, sys
+out = sys.argv.pop(1)
+profiler = cProfile.Profile()
+atexit.register(lambda: (profiler.disable(), profiler.dump_stats(out)))
+profiler.enable()
+from resourcesync._program import main
+sys.argv[0] = "resourcesync"
+sys.exit(main())
+"""
+
+
 def profile(base: str, env: dict[str, str], conc: int) -> None:
     dest = DEST / "dest-profile"
     shutil.rmtree(dest, ignore_errors=True)
     out = WORK / "sync.prof"
-    argv = [
-        sys.executable,
-        "-m",
-        "cProfile",
-        "-o",
-        str(out),
-        str(command()[0]),
-        *sync_args(base, dest, conc),
-    ]
+    out.unlink(missing_ok=True)
+    argv = [sys.executable, "-c", PROFILED, str(out), *sync_args(base, dest, conc)]
     subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
     import pstats
 
     print(f"\nProfile of sync (nginx, {conc} connections), top functions by own time:")
     stats = pstats.Stats(str(out))
     total = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]
-    top = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:20]  # type: ignore[attr-defined]
+    top = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:25]  # type: ignore[attr-defined]
     for (file, line, func), (_, calls, tottime, _, _) in top:
         where = file.split("site-packages/")[-1].split("/src/")[-1]
         print(f"  {tottime / total:6.1%}  {calls:>8}  {where}:{line} {func}")
