@@ -4,7 +4,9 @@ Change List Index once one has been closed, and the Change List Archive."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 from ..model import Capability, Link, Resource
 from ..w3cdt import parse_w3c
@@ -27,42 +29,59 @@ def publish_changelists(run: SetRun) -> None:
     # the state, once the documents no longer name them).
     dropped = _to_drop(run)
     gone = {r.id for r in dropped}
-    lists = [r for r in state.changelists() if r.id not in gone]
     changed = rotated > 0 or bool(dropped)
-    open_row = lists[-1]
+    # The index and the archive show the lists (their `from` and `until`), not their
+    # entries: they are written again when a list was closed or dropped, or the publication
+    # is done again in full, not by every run that adds to the open list. A Source that keeps
+    # its history has thousands of lists (one every 10,000 changes), which a run would
+    # otherwise read, look for on disk and serialize twice: 140 ms a run at 5,000.
+    whole = changed or run.renew
+    loaded: list[ChangeListRow] | None = None
+
+    def every_list() -> list[ChangeListRow]:
+        nonlocal loaded
+        if loaded is None:
+            loaded = [r for r in state.changelists() if r.id not in gone]
+        return loaded
+
+    open_row = state.open_changelist(start)
+    closed_ids = [i for i in state.closed_changelist_ids() if i not in gone]
     archive_link = Link(rel="archives", href=run.link_url("changelist-archive.xml"))
     index_link = Link(rel="index", href=run.link_url("changelist.xml"))
-    closed = [r for r in lists if r.until is not None]
     # A closed list is written once, under a name of its own (the open one has another:
     # the index a reader already holds keeps pointing at a list as it was, never at one
     # whose `until` or entries changed under it). The state remembers the last list written
-    # closed (after it was written): a run killed in between writes it again. A state
-    # without the mark rewrites every closed list once, which repairs a tree published when
-    # a closed list kept the contents it had while open.
+    # closed (after it was written): a run killed in between writes it again, and so is one
+    # whose file is missing (one listing of the folder tells). A state without the mark
+    # rewrites every closed list once, which repairs a tree published when a closed list
+    # kept the contents it had while open.
     written = int(state.get("cl_closed_written") or 0)
-    for row in closed:
-        name = cl_name(row)
-        if row.id > written or not run.path(name).exists():
-            doc = run.doc(
-                Capability.CHANGELIST,
-                from_=row.from_,
-                until=row.until,
-                links=[run.up, index_link],
-            )
-            run.write_changes(name, doc, row.first_seq, row.last_seq)
-            run.event(Capability.CHANGELIST, name, "created", index="changelist.xml")
-    if closed and closed[-1].id > written:
-        state.put("cl_closed_written", str(closed[-1].id))
+    present = _listed(run.path("changelists"))
+    for row in state.changelists(
+        i for i in closed_ids if i > written or _closed_file(i) not in present
+    ):
+        doc = run.doc(
+            Capability.CHANGELIST,
+            from_=row.from_,
+            until=row.until,
+            links=[run.up, index_link],
+        )
+        run.write_changes(cl_name(row), doc, row.first_seq, row.last_seq)
+        run.event(Capability.CHANGELIST, cl_name(row), "created", index="changelist.xml")
+    if closed_ids and closed_ids[-1] > written:
+        state.put("cl_closed_written", str(closed_ids[-1]))
     # The archive lists the closed Change Lists (before the index: it names closed lists
     # only, all written by now).
-    if changed or run.redo or not run.path("changelist-archive.xml").exists():
+    if whole or not run.path("changelist-archive.xml").exists():
         entries = [
-            Resource(loc=run.link_url(cl_name(r)), from_=r.from_, until=r.until) for r in closed
+            Resource(loc=run.link_url(cl_name(r)), from_=r.from_, until=r.until)
+            for r in every_list()
+            if r.until is not None
         ]
         doc = run.doc(Capability.CHANGELIST_ARCHIVE, links=[run.up])
         index, n = run.split("changelist-archive.xml", doc, iter(entries))
     else:
-        index, n = False, len(closed)
+        index, n = False, len(closed_ids)
     run.note(
         "changelist-archive",
         "changelist-archive.xml",
@@ -71,7 +90,7 @@ def publish_changelists(run: SetRun) -> None:
         index=index,
     )
     count = state.count_changes(open_row.first_seq)
-    if closed:
+    if closed_ids:
         # The open list lives among the others; changelist.xml becomes their index.
         open_doc = run.doc(Capability.CHANGELIST, from_=open_row.from_, links=[run.up, index_link])
         if run.redo or rotated or not run.path(cl_name(open_row)).exists():
@@ -85,23 +104,24 @@ def publish_changelists(run: SetRun) -> None:
         index_doc = run.doc(
             Capability.CHANGELIST,
             index=True,
-            from_=lists[0].from_,
+            from_=state.first_changelist_from(),
             links=[run.up, archive_link],
         )
-        if run.redo or changed or not run.path("changelist.xml").exists():
+        if whole or not run.path("changelist.xml").exists():
             run.write(
                 "changelist.xml",
                 index_doc,
                 [
                     Resource(loc=run.link_url(cl_name(r)), from_=r.from_, until=r.until)
-                    for r in lists
+                    for r in every_list()
                 ],
             )
-        run.note("changelist", "changelist.xml", index_doc, len(lists), index=True)
-        if run.redo or rotated:
+        run.note("changelist", "changelist.xml", index_doc, len(closed_ids) + 1, index=True)
+        if whole:
             # The open lists of before, now closed and out of the index.
-            for row in closed:
-                run.path(cl_name(row, open_=True)).unlink(missing_ok=True)
+            for row in every_list():
+                if row.until is not None:
+                    run.path(cl_name(row, open_=True)).unlink(missing_ok=True)
     else:
         doc = run.doc(Capability.CHANGELIST, from_=open_row.from_, links=[run.up, archive_link])
         if run.redo or changed or not run.path("changelist.xml").exists():
@@ -116,7 +136,20 @@ def publish_changelists(run: SetRun) -> None:
         for r in dropped:
             run.event(Capability.CHANGELIST, cl_name(r), "deleted", index="changelist.xml")
     if run.s.keep_changelists is not None:
-        _sweep(run, lists)
+        _sweep(run, every_list())
+
+
+def _listed(folder: Path) -> set[str]:
+    """The names in a folder (none when there is none)."""
+    try:
+        return set(os.listdir(folder))
+    except OSError:
+        return set()
+
+
+def _closed_file(list_id: int) -> str:
+    """The name of a closed list's file in `changelists/` (as `cl_name` gives its path)."""
+    return f"changelist-{list_id:05d}.xml"
 
 
 def _to_drop(run: SetRun) -> list[ChangeListRow]:
@@ -203,6 +236,6 @@ def _rotate(run: SetRun, current: ChangeListRow) -> int:
             break
         state.close_changelist(current, last, until)
         closed += 1
-        current = state.changelists()[-1]
+        current = state.open_changelist(until)
     run.rotated += closed
     return closed

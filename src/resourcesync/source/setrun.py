@@ -148,13 +148,13 @@ class SetRun:
             [s.max_entries, s.max_bytes, s.package_size, self.v, self.url, s.base_url]
         )
         self.settings_changed = state.get("settings") != settings
-        self.redo = (
-            scan.changes > 0
-            or published is None
-            or run is None
-            or int(published) < run[0] - 1
-            or self.settings_changed
+        #: The publication is done again in full: the last did not finish, the settings
+        #: changed, or there is none yet.
+        self.renew = (
+            published is None or run is None or int(published) < run[0] - 1 or self.settings_changed
         )
+        #: …or the scan found changes: every document they may be in is written again.
+        self.redo = scan.changes > 0 or self.renew
         self._settings = settings
 
     # -- helpers ---------------------------------------------------------------------------

@@ -461,14 +461,48 @@ class SetState:
 
     # -- change lists ----------------------------------------------------------------------
 
-    def changelists(self) -> list[ChangeListRow]:
+    def changelists(self, ids: Iterable[int] | None = None) -> list[ChangeListRow]:
+        """The Change Lists (those of `ids`), in order."""
+        query = "SELECT id, first_seq, last_seq, from_, until FROM changelists"
+        if ids is None:
+            found = list(self.db.execute(query + " ORDER BY id"))
+        else:
+            # Asked for a few hundred at a time (SQLite bounds the parameters of a query).
+            wanted = sorted(set(ids))
+            found = []
+            for at in range(0, len(wanted), 500):
+                part = wanted[at : at + 500]
+                found += self.db.execute(
+                    f"{query} WHERE id IN ({','.join('?' * len(part))}) ORDER BY id", part
+                )
         rows = []
-        for i, first, last, f, u in self.db.execute(
-            "SELECT id, first_seq, last_seq, from_, until FROM changelists ORDER BY id"
-        ):
-            with self._record(f"Change List {i}"):
+        i = None
+        try:
+            for i, first, last, f, u in found:
                 rows.append(ChangeListRow(i, first, last, parse_w3c(f), _dt(u)))
+        except (ValueError, TypeError, ResourceSyncError) as exc:
+            # (One guard for all the rows, not one a row: a Source that keeps its history
+            # reads thousands of them a run, in `check`.)
+            with self._record(f"Change List {i}"):
+                raise exc from None
         return rows
+
+    def closed_changelist_ids(self) -> list[int]:
+        """The ids of the closed Change Lists, in order (without reading the rest of them)."""
+        return [
+            i
+            for (i,) in self.db.execute(
+                "SELECT id FROM changelists WHERE until IS NOT NULL ORDER BY id"
+            )
+        ]
+
+    def first_changelist_from(self) -> datetime | None:
+        """The `from` of the first Change List kept (None: none yet)."""
+        row = self.db.execute("SELECT id, from_ FROM changelists ORDER BY id LIMIT 1").fetchone()
+        if row is None:
+            return None
+        with self._record(f"Change List {row[0]}"):
+            return parse_w3c(row[1])
 
     def open_changelist(self, start: datetime) -> ChangeListRow:
         """The open Change List, started at `start` when there is none yet."""
