@@ -138,3 +138,64 @@ def test_a_fleet_copy_on_a_full_disk_is_that_sources_failure_said_plainly(
         again = cli(*once, "--all")
         assert again.exit_code == 0, again.stderr
         assert tree(root / sites[0].name) == sites[0].files()
+
+
+WRITE_A_DOCUMENT = """
+import sys
+from resourcesync.errors import storage_failure
+from resourcesync.model import Document, Resource
+from resourcesync.sitemap.write import DocumentWriter
+target, n = sys.argv[1], int(sys.argv[2])
+try:
+    with DocumentWriter(target, Document(capability="resourcelist")) as w:
+        for i in range(n):
+            w.write(Resource(loc=f"http://example.org/r/{i:08d}"))
+except OSError as exc:
+    print(storage_failure(exc)[0])
+"""
+
+
+def test_a_document_a_full_disk_refuses_is_named_in_what_is_said(tmp_path: Path) -> None:
+    """A full disk refuses a `write` or a `flush`, which know only a descriptor: the document
+    it was to be is named all the same (it was "cannot write: File too large"), whether the
+    refusal comes as the entries are written (past the writer's buffer) or as it commits."""
+    for entries in (3_000, 30_000):  # within the 1 MiB buffer: at the commit; past it: before
+        target = tmp_path / f"docs-{entries}" / "resourcelist.xml"
+
+        def cap() -> None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
+
+        said = subprocess.run(
+            [sys.executable, "-c", WRITE_A_DOCUMENT, str(target), str(entries)],
+            preexec_fn=cap,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout.strip()
+        assert said == f"cannot write {target}: File too large: free some space and run again"
+        assert list(target.parent.iterdir()) == []  # nothing half-written, no temporary file
+
+
+def test_a_dump_package_a_full_disk_refuses_stops_the_run_naming_it(tmp_path: Path) -> None:
+    """A package the disk will not take is the run's failure, said with the package's name —
+    not its items said unreadable and left out of a package that goes on."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    for i in range(3):
+        (data / f"big{i}.bin").write_bytes(os.urandom(400_000))  # (incompressible)
+    args = (
+        *("publish", str(data), "--out", str(out), "--base-url", "http://example.org/"),
+        *("--capabilities", "resourcelist,resourcedump,changelist"),
+    )
+    result = limited(600_000, *args)
+    assert result.returncode == 1, result.stderr
+    line = _one_line(result.stderr)
+    assert line.startswith(f"resourcesync: cannot write {out}/resourcesync/resourcedumps/"), line
+    assert line.endswith("package-00001.zip: File too large: free some space and run again")
+    assert not list(out.rglob("*.zip")) and not list(out.rglob(".*.tmp"))
+    assert cli(*args).exit_code == 0
+    _, packages = read_document(out / "resourcesync" / "resourcedump.xml")
+    assert len(packages) == 1 and packages[0].length is not None
+    assert packages[0].length > 1_200_000

@@ -94,9 +94,17 @@ class AtomicFile:
             self.committed = True
             if self._fsync:
                 fsync_dir(self.path.parent)
-        except BaseException:
+        except BaseException as exc:
             self._remove()
+            self.name_in(exc)
             raise
+
+    def name_in(self, exc: BaseException | None) -> None:
+        """Name the file in a write's `OSError` that names none (a full disk refuses a
+        `write` or a `flush`, which know only a descriptor), so that it is said with the file
+        it was to be."""
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(self.path)
 
     def abort(self) -> None:
         """Give up: the temporary file goes, the old file stays (once)."""
@@ -124,6 +132,7 @@ class AtomicFile:
             self.commit()
         else:
             self.abort()
+            self.name_in(exc)
 
 
 def same_bytes(new: Path, old: Path) -> bool:

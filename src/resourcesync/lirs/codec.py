@@ -937,8 +937,10 @@ class LirsWriter:
             self._flush()
             if self._gz is not None:
                 self._gz.close()
-        except BaseException:
+        except BaseException as exc:
             self.abort()
+            if self._atomic is not None:
+                self._atomic.name_in(exc)
             raise
         if self._atomic is not None:
             self._atomic.commit()
@@ -953,11 +955,13 @@ class LirsWriter:
     def __enter__(self) -> LirsWriter:
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if exc_type is None:
             self.close()
         else:
             self.abort()
+            if self._atomic is not None:
+                self._atomic.name_in(exc)
 
 
 def write_records(

@@ -335,8 +335,10 @@ class DocumentWriter:
         self._closed = True
         try:
             self._out.write(self._footer)
-        except BaseException:
+        except BaseException as exc:
             self.abort()
+            if self._atomic is not None:
+                self._atomic.name_in(exc)
             raise
         self.bytes += len(self._footer)
         if self._atomic is None:
@@ -363,6 +365,8 @@ class DocumentWriter:
             self.close()
         else:
             self.abort()
+            if self._atomic is not None:
+                self._atomic.name_in(exc)
 
 
 def write_document(

@@ -146,16 +146,28 @@ class _Package:
             return
         try:
             with src, self.zip.open(info, "w", force_zip64=item.length >= ZIP64_FROM) as dst:
-                while chunk := src.read(1 << 20):
+                while True:
+                    try:
+                        chunk = src.read(1 << 20)
+                    except OSError as exc:
+                        raise _Unread(exc) from None
+                    if not chunk:
+                        break
                     hasher.update(chunk)
                     dst.write(chunk)
-        except OSError as exc:
+        except _Unread as unread:
             # A read that failed half way leaves a member the manifest does not list; readers
             # of a dump go by its manifest.
-            self.skipped.append(f"{item.key}: {exc.strerror or exc}")
+            failed: OSError = unread.args[0]
+            self.skipped.append(f"{item.key}: {failed.strerror or failed}")
             if item.expect is not None:
                 self.changed.append(item.key)
             return
+        except OSError as exc:
+            # The package could not be written (a full disk): the run stops, saying which
+            # (never an item said unreadable and left out of a package that goes on).
+            self.atomic.name_in(exc)
+            raise
         self.size += hasher.length
         digests = hasher.hexdigests()
         if item.expect is not None and any(item.expect.get(a, v) != v for a, v in digests.items()):
@@ -178,8 +190,9 @@ class _Package:
             self.atomic.commit()
             os.chmod(self.manifest_tmp, 0o644)
             os.replace(self.manifest_tmp, self.manifest_path)
-        except BaseException:
+        except BaseException as exc:
             self.abort()
+            self.atomic.name_in(exc)
             raise
         length, digests = hash_file(self.path, ("md5",))
         return PackageInfo(
@@ -202,6 +215,10 @@ class _Package:
         self.manifest.abort()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.manifest_tmp)
+
+
+class _Unread(Exception):
+    """A package's item that could not be read (its `OSError` the argument)."""
 
 
 def _forget(z: zipfile.ZipFile | None) -> None:
