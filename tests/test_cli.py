@@ -941,6 +941,29 @@ def test_a_signal_while_the_program_loads_is_one_line_and_its_code(
     assert done.stderr == f"resourcesync: {said}\n", done.stderr
 
 
+@pytest.mark.parametrize("loading", ["signal", "threading", "typing"])
+def test_a_ctrl_c_in_the_programs_first_steps_is_one_line_too(loading: str, tmp_path: Path) -> None:
+    # The program's own module imported `signal` (its enums), `threading` and `typing` before
+    # it could answer a Ctrl-C: one in its first 15 ms printed the traceback of that import.
+    # (A SIGTERM before its handler is in still ends the process by the signal, writing
+    # nothing: the handler needs `signal`.)
+    program = (
+        "import os, sys\n"
+        f"assert {loading!r} not in sys.modules\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name == {loading!r}:\n"
+        "            os.kill(os.getpid(), 2)\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        f"sys.argv = ['resourcesync', 'validate', {str(tmp_path / 'x.xml')!r}]\n"
+        "from resourcesync._program import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "resourcesync: interrupted\n", done.stderr
+
+
 def test_the_program_gives_sigterm_back_when_no_command_took_it() -> None:
     """Its handler for the loading is the program's only until a command puts its own in:
     a caller of `main` that goes on after it (here after `--version`, which runs no command)

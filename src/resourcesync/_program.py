@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import sys
-import threading
-from typing import Any
+
+# Nothing more before `main` can answer a Ctrl-C: `signal` (its enums), `threading` and
+# `typing` cost the first 15 ms of the program, which a Ctrl-C then interrupted with a
+# traceback; they are imported inside `main`.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
 
 #: 128 + SIGINT, as a shell reports a command that Ctrl-C stopped.
 INTERRUPTED = 130
@@ -29,7 +33,7 @@ class Terminated(BaseException):
     """SIGTERM, raised where the main thread is, as KeyboardInterrupt is for SIGINT."""
 
 
-def terminate(signum: int, frame: Any) -> None:
+def terminate(signum: int, frame: FrameType | None) -> None:
     """A SIGTERM handler: `Terminated` (a service manager stopping the program ends a run as
     Ctrl-C does: cleanly, one line)."""
     raise Terminated
@@ -38,6 +42,9 @@ def terminate(signum: int, frame: Any) -> None:
 def main() -> None:
     previous = None
     try:
+        import signal
+        import threading
+
         if threading.current_thread() is threading.main_thread():
             # While the program loads; a command's own handling takes over once it runs.
             previous = signal.signal(signal.SIGTERM, terminate)
@@ -57,8 +64,11 @@ def main() -> None:
     finally:
         # Given back unless a command put its own in (the one that ends the process at once
         # once it is done: `cli._common`).
-        if previous is not None and signal.getsignal(signal.SIGTERM) is terminate:
-            signal.signal(signal.SIGTERM, previous)
+        if previous is not None:
+            import signal
+
+            if signal.getsignal(signal.SIGTERM) is terminate:
+                signal.signal(signal.SIGTERM, previous)
 
 
 def entry() -> None:
@@ -81,6 +91,8 @@ def end(done: SystemExit) -> None:
     Only when no other thread is alive (the interpreter would wait for one) and the code is a
     number; otherwise, and when the output cannot be flushed (then said by the interpreter as
     it would be), the usual exit."""
+    import threading
+
     code = 0 if done.code is None else done.code
     if type(code) is not int or threading.active_count() > 1:
         return

@@ -6,8 +6,6 @@ Ground floor: imports nothing of ours.
 
 from __future__ import annotations
 
-import importlib
-
 # (typing is not imported at run time: this module is on the program's first steps, before
 # it can answer a Ctrl-C; see `_program`.)
 TYPE_CHECKING = False
@@ -28,6 +26,8 @@ def exports(
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        import importlib  # (here: the package's first steps are the program's, see `_program`)
+
         value = getattr(importlib.import_module(f"{package}.{module}"), name)
         namespace[name] = value
         return value
