@@ -47,7 +47,12 @@ def test_publish_on_a_full_disk_says_so_and_the_next_run_completes(tmp_path: Pat
     args = ("publish", str(data), "--out", str(out), "--base-url", "http://example.org/")
     result = limited(300_000, *args)
     assert result.returncode == 1, result.stderr
-    assert "free some space and run again" in _one_line(result.stderr)
+    line = _one_line(result.stderr)
+    assert "free some space and run again" in line
+    # The state database is the file that grows first here, and is named (SQLite's error
+    # names none).
+    state = out / ".resourcesync" / "resourcesync.sqlite"
+    assert line.startswith(f"resourcesync: cannot write the state database {state} ("), line
     # Nothing was published half-way: no Resource List, or none naming a file it lacks.
     rl = out / "resourcesync" / "resourcelist.xml"
     assert not rl.exists()
@@ -80,7 +85,9 @@ def test_sync_on_a_full_disk_reports_and_the_next_run_completes(tmp_path: Path) 
         src.publish([entry(b, path, body) for path, body in many.items()])
         result = limited(100_000, "sync", b, str(tmp_path / "other"))
         assert result.returncode == 1, result.stderr
-        assert "free some space and run again" in _one_line(result.stderr)
+        line = _one_line(result.stderr)
+        assert "free some space and run again" in line
+        assert line.startswith(f"resourcesync: cannot write the state database {tmp_path}/"), line
         assert cli("sync", b, tmp_path / "other").exit_code == 0
         assert len(tree(tmp_path / "other")) == 1200
 

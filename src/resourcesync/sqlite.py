@@ -90,6 +90,12 @@ def damage(exc: BaseException, path: Path | str | None = None) -> StateDamaged |
     return StateDamaged(f"a state database is damaged ({exc}){where}")
 
 
+def only_opened() -> str | None:
+    """The state database this process opened, when it opened one only (SQLite's errors do
+    not name their file: a full disk's is said with it then)."""
+    return next(iter(_OPENED)) if len(_OPENED) == 1 else None
+
+
 def healthy(path: Path | str) -> bool:
     """Whether SQLite reads the whole of the database at `path` as sound (`PRAGMA
     quick_check`: every page and record, in time linear in its size; not the indexes' match

@@ -197,7 +197,7 @@ def _handled(func: F, verb: str) -> F:
                 # permission denied, a file in the way): one line naming the path; every write
                 # is atomic, so nothing is half-written and the next run completes (issue
                 # 17.17, 14.5).
-                said = storage_failure(exc, verb=verb)
+                said = storage_failure(exc, _database_of(exc), verb=verb)
                 if said is None:
                     raise
                 message, full = said
@@ -212,6 +212,15 @@ def _handled(func: F, verb: str) -> F:
                 _when_done(status)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _database_of(exc: BaseException) -> str | None:
+    """The state database an SQLite error is of, when the process opened one only."""
+    if type(exc).__module__ != "sqlite3":
+        return None
+    from ..sqlite import only_opened  # sqlite3 is loaded: it raised
+
+    return only_opened()
 
 
 #: Set by the program itself (`cli.run`), never by a test's CliRunner: what `_when_done` does
