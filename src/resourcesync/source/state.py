@@ -647,16 +647,22 @@ class SetState:
         written by something else) is `StateDamaged` naming the state and what mends it, not
         a traceback: `publish` reads them all before it writes anything."""
         rows = []
-        for k, i, p, u, a, c, f, t, e in self.db.execute(
-            "SELECT kind, id, path, url, at, completed, from_, until, extra FROM archive "
-            "WHERE kind = ? OR ? IS NULL ORDER BY id",
-            (kind, kind),
-        ):
-            with self._record(f"record of the {k} {p}"):
+        k = p = None
+        try:
+            for k, i, p, u, a, c, f, t, e in self.db.execute(
+                "SELECT kind, id, path, url, at, completed, from_, until, extra FROM archive "
+                "WHERE kind = ? OR ? IS NULL ORDER BY id",
+                (kind, kind),
+            ):
                 # Its details: a JSON object (a Resource List's, a package's), or a count.
                 if e is not None and type(json.loads(e)) not in (dict, int):
                     raise ValueError(f"details {e[:40]!r}")
                 rows.append(ArchiveRow(k, i, p, u, _dt(a), _dt(c), _dt(f), _dt(t), e))
+        except (ValueError, TypeError, ResourceSyncError) as exc:
+            # (One guard for all the rows, not one a row: a Change Dump's packages are
+            # thousands after months, read every run.)
+            with self._record(f"record of the {k} {p}"):
+                raise exc from None
         return rows
 
     def archive(
