@@ -476,15 +476,11 @@ class SetState:
                     f"{query} WHERE id IN ({','.join('?' * len(part))}) ORDER BY id", part
                 )
         rows = []
-        i = None
-        try:
+        # (One guard for all the rows, not one a row: a Source that keeps its history reads
+        # thousands of them a run, in `check`.)
+        with self._record(lambda: f"Change List {i}"):
             for i, first, last, f, u in found:
                 rows.append(ChangeListRow(i, first, last, parse_w3c(f), _dt(u)))
-        except (ValueError, TypeError, ResourceSyncError) as exc:
-            # (One guard for all the rows, not one a row: a Source that keeps its history
-            # reads thousands of them a run, in `check`.)
-            with self._record(f"Change List {i}"):
-                raise exc from None
         return rows
 
     def closed_changelist_ids(self) -> list[int]:
@@ -631,14 +627,16 @@ class SetState:
                     int(value)
 
     @contextlib.contextmanager
-    def _record(self, what: str) -> Iterator[None]:
-        """A record of this state read: one that cannot be read is `StateDamaged`."""
+    def _record(self, what: str | Callable[[], str]) -> Iterator[None]:
+        """A record of this state read: one that cannot be read is `StateDamaged`. `what`
+        names it, or tells which when called (one guard around thousands of rows read)."""
         try:
             yield
         except (ValueError, TypeError, ResourceSyncError) as exc:
             why = exc.message if isinstance(exc, ResourceSyncError) else str(exc)
+            name = what() if callable(what) else what
             raise StateDamaged(
-                f"the state's {what} cannot be read ({why}): {RESTART}", source=str(self.path)
+                f"the state's {name} cannot be read ({why}): {RESTART}", source=str(self.path)
             ) from None
 
     def archived(self, kind: str | None = None) -> list[ArchiveRow]:
@@ -647,8 +645,8 @@ class SetState:
         written by something else) is `StateDamaged` naming the state and what mends it, not
         a traceback: `publish` reads them all before it writes anything."""
         rows = []
-        k = p = None
-        try:
+        # (One guard for all the rows: a Change Dump's packages are thousands after months.)
+        with self._record(lambda: f"record of the {k} {p}"):
             for k, i, p, u, a, c, f, t, e in self.db.execute(
                 "SELECT kind, id, path, url, at, completed, from_, until, extra FROM archive "
                 "WHERE kind = ? OR ? IS NULL ORDER BY id",
@@ -658,11 +656,6 @@ class SetState:
                 if e is not None and type(json.loads(e)) not in (dict, int):
                     raise ValueError(f"details {e[:40]!r}")
                 rows.append(ArchiveRow(k, i, p, u, _dt(a), _dt(c), _dt(f), _dt(t), e))
-        except (ValueError, TypeError, ResourceSyncError) as exc:
-            # (One guard for all the rows, not one a row: a Change Dump's packages are
-            # thousands after months, read every run.)
-            with self._record(f"record of the {k} {p}"):
-                raise exc from None
         return rows
 
     def archive(
