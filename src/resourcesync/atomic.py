@@ -106,8 +106,10 @@ class AtomicFile:
         if isinstance(exc, OSError) and exc.filename is None:
             exc.filename = str(self.path)
 
-    def abort(self) -> None:
-        """Give up: the temporary file goes, the old file stays (once)."""
+    def abort(self, exc: BaseException | None = None) -> None:
+        """Give up: the temporary file goes, the old file stays (once). `exc`, what made
+        the writer give up, is given the file's name (`name_in`)."""
+        self.name_in(exc)
         if self._done:
             return
         self._done = True
@@ -131,8 +133,7 @@ class AtomicFile:
         if exc_type is None:
             self.commit()
         else:
-            self.abort()
-            self.name_in(exc)
+            self.abort(exc)
 
 
 def same_bytes(new: Path, old: Path) -> bool:

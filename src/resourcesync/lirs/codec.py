@@ -938,19 +938,18 @@ class LirsWriter:
             if self._gz is not None:
                 self._gz.close()
         except BaseException as exc:
-            self.abort()
-            if self._atomic is not None:
-                self._atomic.name_in(exc)
+            self.abort(exc)
             raise
         if self._atomic is not None:
             self._atomic.commit()
         else:
             self._raw.flush()
 
-    def abort(self) -> None:
-        """Give up: remove the temporary file, leave any existing target as it was."""
+    def abort(self, exc: BaseException | None = None) -> None:
+        """Give up: remove the temporary file, leave any existing target as it was (`exc`
+        named with it: `AtomicFile.abort`)."""
         if self._atomic is not None:
-            self._atomic.abort()
+            self._atomic.abort(exc)
 
     def __enter__(self) -> LirsWriter:
         return self
@@ -959,9 +958,7 @@ class LirsWriter:
         if exc_type is None:
             self.close()
         else:
-            self.abort()
-            if self._atomic is not None:
-                self._atomic.name_in(exc)
+            self.abort(exc)
 
 
 def write_records(

@@ -336,9 +336,7 @@ class DocumentWriter:
         try:
             self._out.write(self._footer)
         except BaseException as exc:
-            self.abort()
-            if self._atomic is not None:
-                self._atomic.name_in(exc)
+            self.abort(exc)
             raise
         self.bytes += len(self._footer)
         if self._atomic is None:
@@ -346,11 +344,12 @@ class DocumentWriter:
         else:
             self._atomic.commit()
 
-    def abort(self) -> None:
-        """Give up: remove the temporary file, leave any previous document in place."""
+    def abort(self, exc: BaseException | None = None) -> None:
+        """Give up: remove the temporary file, leave any previous document in place (`exc`,
+        what made the writer give up, named with it: `AtomicFile.abort`)."""
         self._closed = True
         if self._atomic is not None:
-            self._atomic.abort()
+            self._atomic.abort(exc)
 
     def __enter__(self) -> DocumentWriter:
         return self
@@ -364,9 +363,7 @@ class DocumentWriter:
         if exc_type is None:
             self.close()
         else:
-            self.abort()
-            if self._atomic is not None:
-                self._atomic.name_in(exc)
+            self.abort(exc)
 
 
 def write_document(

@@ -191,8 +191,7 @@ class _Package:
             os.chmod(self.manifest_tmp, 0o644)
             os.replace(self.manifest_tmp, self.manifest_path)
         except BaseException as exc:
-            self.abort()
-            self.atomic.name_in(exc)
+            self.abort(exc)
             raise
         length, digests = hash_file(self.path, ("md5",))
         return PackageInfo(
@@ -209,9 +208,9 @@ class _Package:
             changed=self.changed,
         )
 
-    def abort(self) -> None:
+    def abort(self, exc: BaseException | None = None) -> None:
         _forget(self.zip)
-        self.atomic.abort()
+        self.atomic.abort(exc)
         self.manifest.abort()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.manifest_tmp)
