@@ -58,7 +58,7 @@ def publish_changelists(run: SetRun) -> None:
     written = int(state.get("cl_closed_written") or 0)
     present = _listed(run.path("changelists"))
     for row in state.changelists(
-        i for i in closed_ids if i > written or _closed_file(i) not in present
+        i for i in closed_ids if i > written or _list_file(i) not in present
     ):
         doc = run.doc(
             Capability.CHANGELIST,
@@ -147,9 +147,9 @@ def _listed(folder: Path) -> set[str]:
         return set()
 
 
-def _closed_file(list_id: int) -> str:
-    """The name of a closed list's file in `changelists/` (as `cl_name` gives its path)."""
-    return f"changelist-{list_id:05d}.xml"
+def _list_file(list_id: int, open_: bool = False) -> str:
+    """The name of a list's file in `changelists/`."""
+    return f"changelist-{list_id:05d}-open.xml" if open_ else f"changelist-{list_id:05d}.xml"
 
 
 def _to_drop(run: SetRun) -> list[ChangeListRow]:
@@ -209,9 +209,7 @@ def _sweep(run: SetRun, lists: list[ChangeListRow]) -> None:
 
 
 def cl_name(row: ChangeListRow, *, open_: bool | None = None) -> str:
-    if row.until is None if open_ is None else open_:
-        return f"changelists/changelist-{row.id:05d}-open.xml"
-    return f"changelists/changelist-{row.id:05d}.xml"
+    return "changelists/" + _list_file(row.id, row.until is None if open_ is None else open_)
 
 
 def _rotate(run: SetRun, current: ChangeListRow) -> int:
