@@ -6,6 +6,7 @@ all the same; the leftovers of a killed run are found in one walk."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,15 +35,27 @@ class Written:
             monkeypatch.setattr(SetRun, method, counted)
 
 
+def started(tmp_path: Path, max_entries: int, *names: str) -> tuple[Path, Callable[[], None]]:
+    """A set (its files `names`) published once with lists of `max_entries`: its data
+    folder, and its next run."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in names:
+        (data / name).write_bytes(b"0")
+    clock = Clock()
+    cfg = config(tmp_path, changelist_max_entries=max_entries)
+
+    def run() -> None:
+        publish(cfg, clock=clock)
+
+    run()
+    return data, run
+
+
 def test_the_index_and_the_archive_are_written_when_a_list_closes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "seed.txt").write_bytes(b"0")
-    clock = Clock()
-    cfg = config(tmp_path, changelist_max_entries=5)
-    publish(cfg, clock=clock)
+    data, run = started(tmp_path, 5, "seed.txt")
     written = Written(monkeypatch)
     out = tmp_path / "out" / "set1"
     for round_ in range(14):
@@ -50,7 +63,7 @@ def test_the_index_and_the_archive_are_written_when_a_list_closes(
         del written.names[:]
         (data / "seed.txt").write_bytes(f"seed {round_}".encode())
         (data / f"new{round_}.txt").write_bytes(b"n")  # two changes a run, lists of five
-        publish(cfg, clock=clock)
+        run()
         closed = [p for p in (out / "changelists").glob("changelist-?????.xml")]
         rotated = len(closed) > before - (1 if before else 0)
         index_written = "changelist.xml" in written.names
@@ -74,25 +87,21 @@ def test_the_index_and_the_archive_are_written_when_a_list_closes(
 def test_a_closed_list_whose_file_is_gone_is_written_again_by_the_next_run(
     tmp_path: Path,
 ) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    clock = Clock()
-    cfg = config(tmp_path, changelist_max_entries=2)
-    publish(cfg, clock=clock)
+    data, run = started(tmp_path, 2)
     for round_ in range(8):
         (data / f"f{round_}.txt").write_bytes(b"x")
-        publish(cfg, clock=clock)
+        run()
     lists = tmp_path / "out" / "set1" / "changelists"
     kept = {p.name: p.read_bytes() for p in lists.glob("changelist-?????.xml")}
     assert len(kept) >= 2
     gone = sorted(kept)[0]
     (lists / gone).unlink()
     (data / "f0.txt").write_bytes(b"changed, not enough to close a list")
-    publish(cfg, clock=clock)
+    run()
     assert (lists / gone).read_bytes() == kept[gone]
     # …and by a run that changed nothing.
     (lists / gone).unlink()
-    publish(cfg, clock=clock)
+    run()
     assert (lists / gone).read_bytes() == kept[gone]
     check_history(tmp_path / "out", DOCS, "set1")
 
@@ -100,14 +109,9 @@ def test_a_closed_list_whose_file_is_gone_is_written_again_by_the_next_run(
 def test_the_leftovers_of_a_killed_run_are_removed_at_any_depth_and_nothing_else(
     tmp_path: Path,
 ) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "a.txt").write_bytes(b"a")
-    clock = Clock()
-    cfg = config(tmp_path, changelist_max_entries=1)
-    publish(cfg, clock=clock)
+    data, run = started(tmp_path, 1, "a.txt")
     (data / "a.txt").write_bytes(b"aa")
-    publish(cfg, clock=clock)
+    run()
     out = tmp_path / "out"
     leftovers = [
         out / "set1" / ".changelist.xml.x1y2.tmp",
@@ -124,6 +128,6 @@ def test_the_leftovers_of_a_killed_run_are_removed_at_any_depth_and_nothing_else
     for p in leftovers + others:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b"?")
-    publish(cfg, clock=clock)
+    run()
     assert [p for p in leftovers if p.exists()] == []
     assert all(p.exists() for p in others)
