@@ -80,15 +80,15 @@ def publish_changelists(run: SetRun) -> None:
         ]
         doc = run.doc(Capability.CHANGELIST_ARCHIVE, links=[run.up])
         index, n = run.split("changelist-archive.xml", doc, iter(entries))
+        run.note(
+            "changelist-archive",
+            "changelist-archive.xml",
+            run.doc(Capability.CHANGELIST_ARCHIVE),
+            n,
+            index=index,
+        )
     else:
-        index, n = False, len(closed_ids)
-    run.note(
-        "changelist-archive",
-        "changelist-archive.xml",
-        run.doc(Capability.CHANGELIST_ARCHIVE),
-        n,
-        index=index,
-    )
+        run.kept("changelist-archive", "changelist-archive.xml", len(closed_ids))
     count = state.count_changes(open_row.first_seq)
     if closed_ids:
         # The open list lives among the others; changelist.xml becomes their index.

@@ -13,6 +13,7 @@ from ..model import Capability, Document, Link, Resource
 from ..w3cdt import format_w3c, parse_w3c
 from .package import PackageInfo, PackageItem, write_packages
 from .setrun import SetRun, stamp
+from .state import TICK
 
 __all__ = ["publish_changedump", "publish_resourcedump"]
 
@@ -110,7 +111,10 @@ def publish_changedump(run: SetRun) -> None:
     top = state.max_seq()
     if top > done:
         start = parse_w3c(until_text) if until_text else parse_w3c(baseline or "")
-        until = max(scan.completed, state.seq_time(top) or scan.completed)
+        # After it begins, even with a clock set back: each package begins where the one
+        # before it ended (the live dump's are found by reading back from the newest), and
+        # has a folder of its own (the next, named by its start, is another).
+        until = max(start + TICK, scan.completed, state.seq_time(top) or scan.completed)
         folder = f"changedumps/{stamp(start)}"
         manifest_doc = run.doc(
             Capability.CHANGEDUMP_MANIFEST, from_=start, until=until, links=[run.up]
@@ -120,9 +124,7 @@ def publish_changedump(run: SetRun) -> None:
         written = list(_packages(run, folder, items, manifest_doc, 1 << 62))
         with state.transaction():
             # A run killed after packaging, before this, packaged into the same folder.
-            for row in state.archived("changedump-package"):
-                if row.path == folder:
-                    state.forget(row.id)
+            state.forget_packages(folder=folder)
             for info in written:
                 state.archive(
                     "changedump-package",
@@ -138,12 +140,10 @@ def publish_changedump(run: SetRun) -> None:
             state.put("cd_last_seq", str(top))
     elif done_text is None:
         state.put("cd_last_seq", str(done))
-    packages = state.archived("changedump-package")
     # The live Change Dump lists the packages since its own `from`; past the limit it is
     # closed into the archive and a new one starts where it ended.
-    live_from_text = state.get("cd_from") or baseline
-    live_from = parse_w3c(live_from_text) if live_from_text else scan.started
-    live = [p for p in packages if p.from_ is not None and p.from_ >= live_from]
+    live_from = state.changedump_from() or scan.started
+    live = state.live_packages(live_from)
     if len(live) > run.s.changedump_max_packages:
         closing = live[: run.s.changedump_max_packages]
         end = closing[-1].until
@@ -162,8 +162,14 @@ def publish_changedump(run: SetRun) -> None:
         closed_one = False
     dropped = _drop_changedumps(run)
     # The archive before the live Change Dump: a reader meanwhile may find a package in
-    # both (the same URL), never in neither.
-    run.archive_document("changedump", "changedump-archive.xml", by="from")
+    # both (the same URL), never in neither. It lists the closed dumps: written again when
+    # one closed or was let go (or all is written again), not by every run.
+    run.archive_document(
+        "changedump",
+        "changedump-archive.xml",
+        by="from",
+        whole=closed_one or bool(dropped) or run.renew,
+    )
     doc = run.doc(
         Capability.CHANGEDUMP,
         from_=live_from,
@@ -179,7 +185,7 @@ def publish_changedump(run: SetRun) -> None:
         # a run killed before it removed them).
         for name in dropped:
             run.event(Capability.CHANGEDUMP, name, "deleted")
-        named = {row.path for row in state.archived("changedump")}
+        named = state.archived_paths("changedump")
         dumps = run.path("changedumps")
         if dumps.is_dir():
             for p in dumps.glob("changedump-*.xml"):
@@ -193,18 +199,16 @@ def _drop_changedumps(run: SetRun) -> list[str]:
     far as none holds a change after the live Resource Dump's (and Resource List's) `at`: a
     Destination that starts from it needs every change after it. Returns their documents."""
     keep, state = run.s.keep_changedumps, run.state
-    closed = state.archived("changedump")
-    if keep is None or len(closed) <= keep:
+    if keep is None or state.archived_count("changedump") <= keep:
         return []
+    closed = state.archived("changedump")
     floor = run.snapshot_floor()
     dropped = []
     with state.transaction():
         for row in closed[: len(closed) - keep]:
             if floor is None or row.from_ is None or row.until is None or row.until > floor:
                 break
-            for package in state.archived("changedump-package"):
-                if package.until is not None and package.until <= row.until:
-                    state.forget(package.id)
+            state.forget_packages(until=row.until)
             state.forget(row.id)
             dropped.append(row.path)
     return dropped

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from ..model import Document, Link, Resource
 from ..sitemap import write_document, write_split
-from ..sitemap.write import DocumentWriter
+from ..sitemap.write import DocumentWriter, part_name
 from ..w3cdt import format_w3c
 from .config import PublishConfig, SetConfig
 from .scan import ScanResult
@@ -187,6 +187,13 @@ class SetRun:
             )
         )
 
+    def kept(self, capability: str, name: str, entries: int) -> None:
+        """Note a document this run kept as an earlier one wrote it (`entries` long): an
+        index if it was split (its first part is beside it: `write_split` removes the parts
+        of a longer version)."""
+        index = self.path(part_name(name, 1)).exists()
+        self.note(capability, name, self.doc(capability), entries, index=index)
+
     def split(
         self, name: str, doc: Document, entries: Iterator[Resource] | Iterator[bytes]
     ) -> tuple[bool, int]:
@@ -337,15 +344,20 @@ class SetRun:
         if not root.is_dir():
             return
         keep = set()
-        for row in self.state.archived(kind):
-            p = self.dir / row.path
+        for path in self.state.archived_paths(kind):
+            p = self.dir / path
             keep.add(p if p.suffix != ".xml" else p.parent)
         for child in root.iterdir():
             if child.is_dir() and child not in keep:
                 shutil.rmtree(child, ignore_errors=True)
 
-    def archive_document(self, kind: str, name: str, *, by: str) -> None:
-        """Write the archive of `kind` (Archives §3–§6), in chronological order."""
+    def archive_document(self, kind: str, name: str, *, by: str, whole: bool = True) -> None:
+        """Write the archive of `kind` (Archives §3–§6), in chronological order; unless not
+        `whole` and it is in place: then it is kept as written (what it lists has not
+        changed)."""
+        if not whole and self.path(name).exists():
+            self.kept(f"{kind}-archive", name, self.state.archived_count(kind))
+            return
         rows = self.state.archived(kind)
         if by == "at":
             rows.sort(key=lambda r: r.at or datetime.min.replace(tzinfo=UTC))

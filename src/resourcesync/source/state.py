@@ -146,6 +146,10 @@ CREATE TABLE IF NOT EXISTS archive (
     until TEXT,
     extra TEXT
 );
+-- A kind's documents in order, and a folder's: a Source that keeps its Change Dumps holds a
+-- hundred thousand packages after a year, which a run must not read to find a few.
+CREATE INDEX IF NOT EXISTS archive_by_kind ON archive (kind, id);
+CREATE INDEX IF NOT EXISTS archive_by_path ON archive (kind, path);
 """
 TICK = timedelta(microseconds=1)
 #: A resource whose published bytes may differ from its recorded digests (a dump packaged other
@@ -206,6 +210,9 @@ class ArchiveRow:
     until: datetime | None
     extra: str | None
 
+
+#: The kinds of the documents `archive` records (`SetState.archive`).
+ARCHIVE_KINDS = ("resourcelist", "resourcedump", "changedump", "changedump-package")
 
 #: The marks of `meta` that are times, and those that are counts or sequence numbers.
 _TIME_MARKS = frozenset({"baselined", "last_datetime", "cd_until", "cd_from", "cn_from"})
@@ -612,11 +619,16 @@ class SetState:
     # -- archives --------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Read whole what this Source published before and the marks it keeps (its
-        documents, Change Lists, notifications, times and counters): one that cannot be read
-        is `StateDamaged` naming the state and what mends it — `publish` calls this before
-        it writes anything, so a run never stops halfway on it."""
-        self.archived()
+        """Read whole what a run reads of what this Source published before and of the marks
+        it keeps (its documents, Change Lists, notifications, times and counters): one that
+        cannot be read is `StateDamaged` naming the state and what mends it — `publish` calls
+        this before it writes anything, so a run never stops halfway on it. Of a Change Dump's
+        packages, those of the live Change Dump: the closed dumps' (a hundred thousand after a
+        year of runs every five minutes) are never read again, only let go whole."""
+        for kind in ARCHIVE_KINDS:
+            if kind != "changedump-package":
+                self.archived(kind)
+        self.live_packages()
         self.changelists()
         self.notifications()
         for key, value in self.db.execute("SELECT key, value FROM meta"):
@@ -644,19 +656,89 @@ class SetState:
         oldest first. One whose record cannot be read (a time or its details damaged, or
         written by something else) is `StateDamaged` naming the state and what mends it, not
         a traceback: `publish` reads them all before it writes anything."""
-        rows = []
-        # (One guard for all the rows: a Change Dump's packages are thousands after months.)
+        if kind is None:
+            return self._archived("1", ())
+        return self._archived("kind = ?", (kind,))
+
+    def _archived(self, where: str, args: tuple[Any, ...], order: str = "id") -> list[ArchiveRow]:
+        return list(self._archive_rows(where, args, order))
+
+    def _archive_rows(self, where: str, args: tuple[Any, ...], order: str) -> Iterator[ArchiveRow]:
+        """The rows of `archive` read one at a time (a reader that stops reads no further)."""
+        # (One guard for all the rows: they are thousands after months.)
         with self._record(lambda: f"record of the {k} {p}"):
             for k, i, p, u, a, c, f, t, e in self.db.execute(
                 "SELECT kind, id, path, url, at, completed, from_, until, extra FROM archive "
-                "WHERE kind = ? OR ? IS NULL ORDER BY id",
-                (kind, kind),
+                f"WHERE {where} ORDER BY {order}",
+                args,
             ):
                 # Its details: a JSON object (a Resource List's, a package's), or a count.
                 if e is not None and type(json.loads(e)) not in (dict, int):
                     raise ValueError(f"details {e[:40]!r}")
-                rows.append(ArchiveRow(k, i, p, u, _dt(a), _dt(c), _dt(f), _dt(t), e))
-        return rows
+                yield ArchiveRow(k, i, p, u, _dt(a), _dt(c), _dt(f), _dt(t), e)
+
+    def changedump_from(self) -> datetime | None:
+        """Where the live Change Dump begins: where the last one closed ended, or the
+        baseline (None before there is one)."""
+        key = "cd_from" if self.get("cd_from") else "baselined"
+        text = self.get(key)
+        with self._record(f"mark {key}"):
+            return parse_w3c(text) if text else None
+
+    def live_packages(self, since: datetime | None = None) -> list[ArchiveRow]:
+        """The packages of the live Change Dump (those from `since`, by default
+        `changedump_from`, on), oldest first. Each package begins where the one before it
+        ended (`publish_changedump`), so they are read from the newest back to the first that
+        begins before `since`: a run reads the hundred or so of the live dump, not the
+        hundred thousand a Source that keeps its Change Dumps holds after a year."""
+        since = self.changedump_from() if since is None else since
+        if since is None:
+            return self.archived("changedump-package")
+        live: list[ArchiveRow] = []
+        for row in self._archive_rows("kind = 'changedump-package'", (), "id DESC"):
+            if row.from_ is not None and row.from_ < since:
+                break
+            if row.from_ is not None:
+                live.append(row)
+        live.reverse()
+        return live
+
+    def forget_packages(self, *, folder: str | None = None, until: datetime | None = None) -> None:
+        """Forget the Change Dump packages written into `folder` (a run killed before it
+        recorded its own wrote there), or those up to `until` (the end of a closed Change
+        Dump let go: the packages up to its last, in order as they were written) — by their
+        records' text, without reading the thousands of others."""
+        if folder is not None:
+            self.db.execute(
+                "DELETE FROM archive WHERE kind = 'changedump-package' AND path = ?", (folder,)
+            )
+        if until is None:
+            return
+        # The dump's `until` is its last package's, written by the same hand.
+        ((last,),) = self.db.execute(
+            "SELECT MAX(id) FROM archive WHERE kind = 'changedump-package' AND until = ?",
+            (_ts(until),),
+        )
+        if last is not None:
+            self.db.execute(
+                "DELETE FROM archive WHERE kind = 'changedump-package' AND id <= ?", (last,)
+            )
+            return
+        # Not found so (a state written otherwise): by their times.
+        for package in self.archived("changedump-package"):
+            if package.until is not None and package.until <= until:
+                self.forget(package.id)
+
+    def archived_paths(self, kind: str) -> set[str]:
+        """Where the documents of a kind are (their paths only: nothing parsed)."""
+        return {
+            p
+            for (p,) in self.db.execute("SELECT DISTINCT path FROM archive WHERE kind = ?", (kind,))
+        }
+
+    def archived_count(self, kind: str) -> int:
+        ((n,),) = self.db.execute("SELECT COUNT(*) FROM archive WHERE kind = ?", (kind,))
+        return int(n)
 
     def archive(
         self,
@@ -670,6 +752,7 @@ class SetState:
         until: datetime | None = None,
         extra: str | None = None,
     ) -> int:
+        assert kind in ARCHIVE_KINDS, kind  # (what `check` reads)
         cur = self.db.execute(
             "INSERT INTO archive (kind, path, url, at, completed, from_, until, extra) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
