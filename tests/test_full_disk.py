@@ -61,6 +61,32 @@ def test_publish_on_a_full_disk_says_so_and_the_next_run_completes(tmp_path: Pat
     assert len(entries) == 3000
 
 
+def test_publish_of_several_sets_on_a_full_disk_names_the_state_it_was_writing(
+    tmp_path: Path,
+) -> None:
+    """A process that opened several state databases (a publish of several sets) said "a
+    state database": the one open when the disk refused is named."""
+    out = tmp_path / "out"
+    for name, count in (("small", 3), ("large", 3000)):
+        (tmp_path / name).mkdir()
+        for i in range(count):
+            (tmp_path / name / f"f{i:05}.txt").write_text("x" * 50)
+    config = tmp_path / "resourcesync.toml"
+    config.write_text(
+        'out = "out"\n'
+        + "".join(
+            f'[[set]]\nname = "{n}"\ndir = "{n}"\nbase_url = "http://example.org/data/{n}/"\n'
+            for n in ("small", "large")
+        )
+    )
+    result = limited(300_000, "publish", "--config", str(config))
+    assert result.returncode == 1, result.stderr
+    line = _one_line(result.stderr)
+    state = out / ".resourcesync" / "large.sqlite"
+    assert line.startswith(f"resourcesync: cannot write the state database {state} ("), line
+    assert cli("publish", "--config", config).exit_code == 0
+
+
 def test_sync_on_a_full_disk_reports_and_the_next_run_completes(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     big = os.urandom(400_000)

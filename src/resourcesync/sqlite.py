@@ -11,6 +11,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from .errors import ResourceSyncError, StateDamaged, damaged_database, storage_failure
 
@@ -30,6 +31,57 @@ __all__ = [
 #: opens thousands over its life.)
 _OPENED: dict[str, str] = {}
 _KEPT = 16
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that names its file on the errors of the statements it runs
+    (`state_database`): SQLite's own name none, and a process may have several open."""
+
+    _path: str | None = None
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.Error as exc:
+            raise self._named(exc) from None
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        try:
+            return super().executemany(sql, parameters)
+        except sqlite3.Error as exc:
+            raise self._named(exc) from None
+
+    def executescript(self, sql_script: str, /) -> sqlite3.Cursor:
+        try:
+            return super().executescript(sql_script)
+        except sqlite3.Error as exc:
+            raise self._named(exc) from None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except sqlite3.Error as exc:
+            raise self._named(exc) from None
+
+    def _named(self, exc: sqlite3.Error) -> sqlite3.Error:
+        if getattr(exc, "state_database", None) is None:
+            exc.state_database = self._path  # type: ignore[attr-defined]
+        return exc
+
+
+def _opened(db: sqlite3.Connection, path: Path | str) -> sqlite3.Connection:
+    assert isinstance(db, _Connection)
+    db._path = str(path)
+    return db
+
+
+def database_of(exc: BaseException) -> str | None:
+    """The state database an SQLite error is of: the one whose statement raised it, else the
+    one this process opened, when it opened one only."""
+    named = getattr(exc, "state_database", None)
+    if isinstance(named, str):
+        return named
+    return next(iter(_OPENED)) if len(_OPENED) == 1 else None
 
 
 def register(path: Path | str, remedy: str) -> None:
@@ -54,7 +106,9 @@ def connect(
     path.parent.mkdir(parents=True, exist_ok=True)
     register(path, remedy)
     try:
-        db = sqlite3.connect(path, timeout=30, isolation_level=None)
+        db = _opened(
+            sqlite3.connect(path, timeout=30, isolation_level=None, factory=_Connection), path
+        )
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(schema)
@@ -72,10 +126,11 @@ def connect(
 def damage(exc: BaseException, path: Path | str | None = None) -> StateDamaged | None:
     """`exc` as the one line that names the damaged state database and what mends it; None
     when `exc` is not SQLite finding a database damaged. Without `path`, the database is
-    found among those this process opened (each checked when there are several: SQLite's
-    error does not name its file)."""
+    the one whose statement raised it, or found among those this process opened (each
+    checked when there are several: SQLite's error does not name its file)."""
     if not damaged_database(exc):
         return None
+    path = path if path is not None else getattr(exc, "state_database", None)
     if path is not None:
         found = [str(path)]
     else:
@@ -88,12 +143,6 @@ def damage(exc: BaseException, path: Path | str | None = None) -> StateDamaged |
         return StateDamaged(f"the state database is damaged ({exc}){tail}", source=found[0])
     where = f": one of {', '.join(found)}" if found else ""
     return StateDamaged(f"a state database is damaged ({exc}){where}")
-
-
-def only_opened() -> str | None:
-    """The state database this process opened, when it opened one only (SQLite's errors do
-    not name their file: a full disk's is said with it then)."""
-    return next(iter(_OPENED)) if len(_OPENED) == 1 else None
 
 
 def healthy(path: Path | str) -> bool:
@@ -154,7 +203,16 @@ def connect_read_only(
     for mode in modes:
         db = None
         try:
-            db = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=30, isolation_level=None)
+            db = _opened(
+                sqlite3.connect(
+                    f"{uri}?{mode}",
+                    uri=True,
+                    timeout=30,
+                    isolation_level=None,
+                    factory=_Connection,
+                ),
+                path,
+            )
             if writable and not temp:
                 db.execute("PRAGMA query_only = ON")
             db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()

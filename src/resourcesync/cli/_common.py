@@ -215,12 +215,13 @@ def _handled(func: F, verb: str) -> F:
 
 
 def _database_of(exc: BaseException) -> str | None:
-    """The state database an SQLite error is of, when the process opened one only."""
+    """The state database an SQLite error is of (or the folder of those open), as far as
+    the process can tell (`sqlite.database_of`)."""
     if type(exc).__module__ != "sqlite3":
         return None
-    from ..sqlite import only_opened  # sqlite3 is loaded: it raised
+    from ..sqlite import database_of  # sqlite3 is loaded: it raised
 
-    return only_opened()
+    return database_of(exc)
 
 
 #: Set by the program itself (`cli.run`), never by a test's CliRunner: what `_when_done` does
