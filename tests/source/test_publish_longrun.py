@@ -331,3 +331,47 @@ def test_an_archive_kept_as_written_is_reported_as_it_is(tmp_path: Path) -> None
         assert info.entries == sum(
             len(read_document(out / p.loc.rsplit("/", 1)[1])[1]) for p in parts
         )
+
+
+def test_lists_a_state_was_given_by_another_hand_are_shown_by_the_next_run(tmp_path: Path) -> None:
+    """The index and the archives are written when what they show is not what the state
+    holds, however the state came to hold it (here closed Change Lists and a closed Change
+    Dump written into it directly, as `bench_longrun.py` gives a history): not only when a
+    run closed one."""
+    data, run, _ = dumping(tmp_path)
+    (data / "a.txt").write_bytes(b"a")
+    run()
+    out = tmp_path / "out" / "set1"
+    assert not read_document(out / "changelist.xml")[0].index
+    db = sqlite3.connect(tmp_path / "out" / ".resourcesync" / "set1.sqlite")
+    with db:
+        ((first, start),) = db.execute(
+            "SELECT first_seq, from_ FROM changelists WHERE until IS NULL"
+        ).fetchall()
+        db.execute("DELETE FROM changelists")
+        hours = [f"2025-12-31T{h:02d}:00:00Z" for h in (20, 21, 22, 23)]
+        for a, b in itertools.pairwise([*hours, start]):
+            db.execute(
+                "INSERT INTO changelists (first_seq, last_seq, from_, until) VALUES (?, ?, ?, ?)",
+                (first, first - 1, a, b),
+            )
+        db.execute(
+            "INSERT INTO changelists (first_seq, last_seq, from_, until) VALUES (?, NULL, ?, NULL)",
+            (first, start),
+        )
+        db.execute(
+            "INSERT INTO archive (kind, path, url, from_, until) VALUES ('changedump', ?, ?, ?, ?)",
+            (
+                "changedumps/changedump-x.xml",
+                DOCS + "set1/changedumps/changedump-x.xml",
+                *hours[:2],
+            ),
+        )
+    db.close()
+    run()  # (nothing changed in the files)
+    index, lists = read_document(out / "changelist.xml")
+    assert index.index and len(lists) == 5
+    assert all((out / e.loc.removeprefix(DOCS + "set1/")).exists() for e in lists)
+    assert len(read_document(out / "changelist-archive.xml")[1]) == 4
+    (dump,) = read_document(out / "changedump-archive.xml")[1]
+    assert dump.loc.endswith("changedump-x.xml")

@@ -13,6 +13,9 @@ from ..w3cdt import parse_w3c
 from .setrun import SetRun
 from .state import ChangeListRow
 
+#: The state's mark of the lists the Change List Index and Archive show (`SetRun.listing`).
+SHOWN = "cl_shown"
+
 __all__ = ["cl_name", "publish_changelists"]
 
 
@@ -30,12 +33,6 @@ def publish_changelists(run: SetRun) -> None:
     dropped = _to_drop(run)
     gone = {r.id for r in dropped}
     changed = rotated > 0 or bool(dropped)
-    # The index and the archive show the lists (their `from` and `until`), not their
-    # entries: they are written again when a list was closed or dropped, or the publication
-    # is done again in full, not by every run that adds to the open list. A Source that keeps
-    # its history has thousands of lists (one every 10,000 changes), which a run would
-    # otherwise read, look for on disk and serialize twice: 140 ms a run at 5,000.
-    whole = changed or run.renew
     loaded: list[ChangeListRow] | None = None
 
     def every_list() -> list[ChangeListRow]:
@@ -46,6 +43,15 @@ def publish_changelists(run: SetRun) -> None:
 
     open_row = state.open_changelist(start)
     closed_ids = [i for i in state.closed_changelist_ids() if i not in gone]
+    # The index and the archive show the lists (their `from` and `until`, fixed once a list
+    # is closed), not their entries: they are written again when the lists they show are
+    # not those they showed when last written (a list closed or dropped, by this run or by
+    # another hand), or the publication is done again in full — not by every run that adds
+    # to the open list. A Source that keeps its history has thousands of lists (one every
+    # 10,000 changes), which a run would otherwise read, look for on disk and serialize
+    # twice: 140 ms a run at 5,000.
+    shown = run.listing(closed_ids, open_row.id)
+    whole = changed or run.renew or state.get(SHOWN) != shown
     archive_link = Link(rel="archives", href=run.link_url("changelist-archive.xml"))
     index_link = Link(rel="index", href=run.link_url("changelist.xml"))
     # A closed list is written once, under a name of its own (the open one has another:
@@ -129,6 +135,8 @@ def publish_changelists(run: SetRun) -> None:
             run.write_changes("changelist.xml", doc, open_row.first_seq)
             run.event(Capability.CHANGELIST, "changelist.xml", "updated" if existed else "created")
         run.note("changelist", "changelist.xml", doc, count)
+    if whole:
+        state.put(SHOWN, shown)
     if dropped:
         last = max(r.last_seq for r in dropped if r.last_seq is not None)
         state.drop_changelists(sorted(gone), last)

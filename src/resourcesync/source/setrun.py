@@ -187,6 +187,14 @@ class SetRun:
             )
         )
 
+    @staticmethod
+    def listing(ids: list[int], *more: object) -> str:
+        """What an index or an archive shows, in a few words, to be kept in the state's marks
+        beside it: the first and last of the ids of what it lists (documents that do not
+        change once listed, in order), how many, and `more`. When the state's no longer
+        says the same, it is written again."""
+        return json.dumps([ids[:1], ids[-1:], len(ids), *more])
+
     def kept(self, capability: str, name: str, entries: int) -> None:
         """Note a document this run kept as an earlier one wrote it (`entries` long): an
         index if it was split (its first part is beside it: `write_split` removes the parts
@@ -353,9 +361,11 @@ class SetRun:
 
     def archive_document(self, kind: str, name: str, *, by: str, whole: bool = True) -> None:
         """Write the archive of `kind` (Archives §3–§6), in chronological order; unless not
-        `whole` and it is in place: then it is kept as written (what it lists has not
-        changed)."""
-        if not whole and self.path(name).exists():
+        `whole`, it is in place and it lists what the state holds of `kind` (`listing`): then
+        it is kept as written."""
+        mark = f"{kind}_archive_shown"
+        shown = self.listing(self.state.archived_ids(kind))
+        if not whole and self.path(name).exists() and self.state.get(mark) == shown:
             self.kept(f"{kind}-archive", name, self.state.archived_count(kind))
             return
         rows = self.state.archived(kind)
@@ -368,3 +378,4 @@ class SetRun:
         doc = self.doc(f"{kind}-archive", links=[self.up])
         index, count = self.split(name, doc, iter(entries))
         self.note(f"{kind}-archive", name, doc, count, index=index)
+        self.state.put(mark, shown)
