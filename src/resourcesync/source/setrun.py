@@ -364,9 +364,10 @@ class SetRun:
         `whole`, it is in place and it lists what the state holds of `kind` (`listing`): then
         it is kept as written."""
         mark = f"{kind}_archive_shown"
-        shown = self.listing(self.state.archived_ids(kind))
+        ids = self.state.archived_ids(kind)
+        shown = self.listing(ids)
         if not whole and self.path(name).exists() and self.state.get(mark) == shown:
-            self.kept(f"{kind}-archive", name, self.state.archived_count(kind))
+            self.kept(f"{kind}-archive", name, len(ids))
             return
         rows = self.state.archived(kind)
         if by == "at":
