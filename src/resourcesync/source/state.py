@@ -655,7 +655,8 @@ class SetState:
         """The documents of a kind (None: of every kind) this Source published and keeps,
         oldest first. One whose record cannot be read (a time or its details damaged, or
         written by something else) is `StateDamaged` naming the state and what mends it, not
-        a traceback: `publish` reads them all before it writes anything."""
+        a traceback: `publish` reads what a run reads of them before it writes anything
+        (`check`)."""
         if kind is None:
             return self._archived("1", ())
         return self._archived("kind = ?", (kind,))
