@@ -490,6 +490,20 @@ class SetState:
                 rows.append(ChangeListRow(i, first, last, parse_w3c(f), _dt(u)))
         return rows
 
+    def _check_changelists(self) -> None:
+        """`changelists()` as `check` reads them: their times, each text once (a list begins
+        where the one before it ended: thousands of lists, half as many times)."""
+        read: set[str] = set()
+        with self._record(lambda: f"Change List {i}"):
+            # (`i` is named by the guard.)
+            for i, f, u in self.db.execute("SELECT id, from_, until FROM changelists"):  # noqa: B007
+                if f not in read:
+                    parse_w3c(f)
+                    read.add(f)
+                if u and u not in read:
+                    parse_w3c(u)
+                    read.add(u)
+
     def closed_changelist_ids(self) -> list[int]:
         """The ids of the closed Change Lists, in order (without reading the rest of them)."""
         return [
@@ -629,7 +643,7 @@ class SetState:
             if kind != "changedump-package":
                 self.archived(kind)
         self.live_packages()
-        self.changelists()
+        self._check_changelists()
         self.notifications()
         for key, value in self.db.execute("SELECT key, value FROM meta"):
             with self._record(f"mark {key}"):
