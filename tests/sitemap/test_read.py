@@ -378,3 +378,43 @@ def test_a_url_nested_in_the_first_entrys_extension_is_part_of_it() -> None:
     _, entries = read_document(data)
     assert [r.loc for r in entries] == ["http://example.com/a", "http://example.com/b"]
     assert len(entries[0].extensions) == 1 and "http://example.com/in" in entries[0].extensions[0]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2013-01-03T09:00:00Z",
+        "2013-01-03T09:00:00.123456Z",
+        "2013-01-03T18:00:00+09:00",
+        "2013-01-03",
+        "2013-01",
+        " 2013-01-03T09:00:00Z ",
+        "2013-01-03 09:00:00",
+        "2013-01-03T09:00:00",
+        "yesterday",
+    ],
+)
+@pytest.mark.parametrize("key", ["from", "until", "at", "completed"])
+def test_an_entrys_times_are_read_as_a_documents_are(key: str, value: str) -> None:
+    """An index's or an archive's entry's `from`, `until`, `at` and `completed` (read inline,
+    the decoder's hot path) take the value, the slack and the warning the same time takes in
+    a document's header, whatever its form."""
+    field = "from_" if key == "from" else key
+    entry = doc(f'<url><loc>http://e.com/a</loc><rs:md {key}="{value}"/></url>')
+    header = doc("", f'capability="resourcelist-archive" {key}="{value}"')
+    with open_document(entry) as reader:
+        (res,) = list(reader)
+    try:
+        with open_document(header) as head:
+            document = head.document
+            list(head)
+    except FormatError:
+        # A document's own time that cannot be read: the document cannot be (an entry's
+        # is read as not given, said once).
+        assert getattr(res, field) is None and len(reader.warnings) == 1
+        return
+    assert getattr(res, field) == getattr(document, field)
+    assert reader.slack == head.slack
+    assert [w.split(": ", 1)[1] for w in reader.warnings] == [
+        w.split(": ", 1)[1] for w in head.warnings
+    ]

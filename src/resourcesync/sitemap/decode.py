@@ -24,6 +24,8 @@ __all__ = ["MAX_ATTRIBUTES", "SCHEME", "EntryDecoder", "ProblemHandler", "local_
 
 #: The common case, checked first: a reference that is surely absolute.
 _ABSOLUTE = ("http://", "https://")
+#: The times of an index's or an archive's entries (`rs:md` attribute → `Resource` field).
+_BOUNDS = {"from": "from_", "until": "until", "at": "at", "completed": "completed"}
 #: Link relation types as ResourceSync documents write them (the common case: nothing to do).
 _RELS = frozenset(
     {
@@ -264,6 +266,15 @@ class EntryDecoder(ValueReader):
                             )
                         if len(value) <= 12:  # a day, a month, a year (W3C Datetime)
                             self._coarse(value, "rs:md datetime", child.sourceline)
+                    elif key in _BOUNDS:
+                        # An index's or an archive's entry: its times, as `_md` reads them.
+                        try:
+                            when = parse_w3c(value)
+                        except W3CDatetimeError:
+                            when = self._datetime(value, f"rs:md {key}", child.sourceline, res.loc)
+                        if when is not None and len(value) <= 12:
+                            self._coarse(value, f"rs:md {key}", child.sourceline)
+                        setattr(res, _BOUNDS[key], when)
                     else:
                         self._md({key: value}, res, child.sourceline, res.loc or None)
             elif tag == LASTMOD:
