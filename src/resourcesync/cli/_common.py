@@ -215,8 +215,8 @@ def _handled(func: F, verb: str) -> F:
 
 
 def _database_of(exc: BaseException) -> str | None:
-    """The state database an SQLite error is of (or the folder of those open), as far as
-    the process can tell (`sqlite.database_of`)."""
+    """The state database an SQLite error is of, as far as the process can tell
+    (`sqlite.database_of`)."""
     if type(exc).__module__ != "sqlite3":
         return None
     from ..sqlite import database_of  # sqlite3 is loaded: it raised

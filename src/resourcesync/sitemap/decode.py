@@ -271,9 +271,10 @@ class EntryDecoder(ValueReader):
                         try:
                             when = parse_w3c(value)
                         except W3CDatetimeError:
-                            when = self._datetime(value, f"rs:md {key}", child.sourceline, res.loc)
-                        if when is not None and len(value) <= 12:
-                            self._coarse(value, f"rs:md {key}", child.sourceline)
+                            when = self._when(value, f"rs:md {key}", child.sourceline, res.loc)
+                        else:
+                            if len(value) <= 12:
+                                self._coarse(value, f"rs:md {key}", child.sourceline)
                         setattr(res, _BOUNDS[key], when)
                     else:
                         self._md({key: value}, res, child.sourceline, res.loc or None)
