@@ -47,7 +47,21 @@ class _Connection(sqlite3.Connection):
 
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
         try:
-            return super().executemany(sql, parameters)
+            if self.in_transaction:
+                return super().executemany(sql, parameters)
+            # In autocommit mode SQLite commits each row as a transaction of its own: a
+            # sync's plan of 20,000 rows cost twice what it costs in one (issue 15.1). One
+            # transaction for the batch, which leaves nothing of itself when it fails.
+            super().execute("BEGIN")
+            try:
+                cursor = super().executemany(sql, parameters)
+                super().execute("COMMIT")
+            except BaseException:
+                if self.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        super().execute("ROLLBACK")
+                raise
+            return cursor
         except sqlite3.Error as exc:
             raise self._named(exc) from None
 
