@@ -141,7 +141,10 @@ def test_a_state_that_a_full_disk_will_not_let_open_is_a_full_disk_too(tmp_path:
             result = limited(4096, *args)
             assert result.returncode == 1, result.stderr
             line = _one_line(result.stderr)
-            assert str(state) in line and "free some space and run again" in line, line
+            # The database named in the sentence, once (not as the line's source).
+            assert line.count(str(state)) == 1, line
+            assert f"cannot write the state database {state} (" in line, line
+            assert "free some space and run again" in line, line
             assert cli(*args).exit_code == 0
 
 

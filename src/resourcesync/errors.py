@@ -97,13 +97,14 @@ FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def storage_failure(
-    exc: BaseException, where: object = None, verb: str = "write"
+    exc: BaseException, where: object = None, verb: str = "write", what: str = "the state database"
 ) -> tuple[str, bool] | None:
     """One line for local storage refusing a write — a file system (full, read-only,
     permission denied, a file in the way) or an SQLite state database — and whether it is
     full; None for any other exception. As every command and the fleet's syncs say it.
-    `where`: named when the error names no file. `verb`: "read" for a command that only reads
-    local files (`audit`, `ls`), whose file system refusing it is no failure to write."""
+    `where`: named when the error names no file (an SQLite error never does: the database is
+    then `what` `where`). `verb`: "read" for a command that only reads local files (`audit`,
+    `ls`), whose file system refusing it is no failure to write."""
     if isinstance(exc, OSError):
         full = exc.errno in FULL_ERRNOS
         place = exc.filename or where
@@ -113,7 +114,7 @@ def storage_failure(
     sqlite3 = sys.modules.get("sqlite3")
     if sqlite3 is not None and isinstance(exc, sqlite3.OperationalError):
         text = str(exc)
-        what = f"the state database {where}" if where else "a state database"
+        what = f"{what} {where}" if where else "a state database"
         if "disk is full" in text or "disk I/O error" in text:
             return f"cannot write {what} ({text}): free some space and run again", True
         if "readonly" in text or "unable to open" in text:

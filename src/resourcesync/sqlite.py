@@ -131,9 +131,10 @@ def connect(
         if found is not None:
             raise found from None
         # Its disk full or read-only: said as every command says it (the hint to free space).
-        said = storage_failure(exc)
-        why = said[0] if said is not None else f"cannot open the state database: {exc}"
-        raise error(why, source=str(path), full=said is not None and said[1]) from None
+        said = storage_failure(exc, path)
+        if said is not None:  # the line names the database
+            raise error(said[0], full=said[1]) from None
+        raise error(f"cannot open the state database: {exc}", source=str(path)) from None
     return db
 
 

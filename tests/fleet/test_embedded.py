@@ -352,4 +352,5 @@ def test_a_full_disk_under_the_fleet_is_waited_out(tmp_path: Path) -> None:
         text = said.read_text()
         assert proc.returncode == 0, text
         assert "free some space and run again" in text and "Traceback" not in text, text
+        assert f"cannot write the fleet database {root}" in text, text
         assert all(s["ok"] for s in status(root).values())

@@ -550,9 +550,9 @@ class SQLiteStore(SQLStore):
         damaged = sqlite_habits.damage(exc, self.path)
         if damaged is not None:
             return damaged
-        said = storage_failure(exc)
+        said = storage_failure(exc, self.path, what="the fleet database")
         if said is not None and said[1]:
-            return StoreUnavailable(f"fleet database: {said[0]}", source=str(self.path))
+            return StoreUnavailable(said[0])
         return FleetError(f"fleet database: {exc}", source=str(self.path))
 
     @contextlib.contextmanager
