@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from resourcesync.sqlite import connect, database_of, transaction
+from resourcesync.sqlite import connect, database_of, scratch, transaction
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v INTEGER);"
 
@@ -58,3 +58,16 @@ def test_a_batch_into_a_temporary_table(tmp_path: Path) -> None:
     writer.execute("COMMIT")
     assert db.execute("SELECT COUNT(*) FROM plan").fetchone() == (100,)
     assert db.execute("SELECT COUNT(*) FROM t").fetchone() == (1,)
+
+
+def test_a_scratch_database_has_the_same_habits() -> None:
+    """The planning tables of a copy whose state is not a file of its own (the fleet's) live
+    in a private temporary database: its batches are one transaction each too."""
+    db = scratch()
+    db.execute("CREATE TABLE plan (uri TEXT UNIQUE)")
+    with pytest.raises(sqlite3.IntegrityError):
+        db.executemany("INSERT INTO plan VALUES (?)", [("a",), ("b",), ("a",)])
+    assert not db.in_transaction
+    assert db.execute("SELECT COUNT(*) FROM plan").fetchone() == (0,)
+    db.executemany("INSERT INTO plan VALUES (?)", [("a",), ("b",)])
+    assert db.execute("SELECT COUNT(*) FROM plan").fetchone() == (2,)

@@ -21,6 +21,7 @@ __all__ = [
     "damage",
     "healthy",
     "register",
+    "scratch",
     "set_aside",
     "transaction",
 ]
@@ -136,6 +137,14 @@ def connect(
             raise error(said[0], full=said[1]) from None
         raise error(f"cannot open the state database: {exc}", source=str(path)) from None
     return db
+
+
+def scratch() -> sqlite3.Connection:
+    """A private temporary database, for a run's planning tables where no state database
+    holds them (SQLite spills it to a file: a plan of millions of URIs does not grow the
+    process's memory), in autocommit mode with the state connections' habits (a batch of
+    rows is one transaction)."""
+    return sqlite3.connect("", isolation_level=None, factory=_Connection)
 
 
 def damage(exc: BaseException, path: Path | str | None = None) -> StateDamaged | None:

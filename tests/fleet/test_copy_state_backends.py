@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -321,6 +322,25 @@ def test_the_store_keeps_a_copys_state_exactly_as_the_destination_does(
         local.close()
         mine.close()
         other.close()
+
+
+def test_a_copys_plan_is_written_in_batches_of_one_transaction(store: SQLStore) -> None:
+    """A fleet copy's plan lives in a scratch database of its own, which writes a batch of
+    rows as one transaction, as a copy with its own state file does (tests/test_sqlite.py):
+    one per row was half the cost of a baseline's plan."""
+    state = store.copy_state("one")
+    try:
+        plan = Plan(state.scratch())
+        db = plan.db
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS x (k TEXT PRIMARY KEY)")
+        with pytest.raises(sqlite3.IntegrityError):
+            db.executemany("INSERT INTO x VALUES (?)", [("a",), ("b",), ("a",)])
+        assert db.execute("SELECT COUNT(*) FROM x").fetchone() == (0,)
+        for i in range(2500):  # more than a batch: flushed on the way
+            plan.add(f"http://127.0.0.1:9/r{i}", "fetch")
+        assert plan.count("fetch") == 2500 and not db.in_transaction
+    finally:
+        state.close()
 
 
 def test_removing_a_source_removes_its_copys_state(store: SQLStore) -> None:

@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import sqlite as sqlite_habits
 from ..destination.state import (
     CHANGED_LATER,
     CHANGED_TO,
@@ -182,9 +183,10 @@ class StoreCopyState:
     def __init__(self, store: SQLStore, name: str) -> None:
         self.store = store
         self.name = name
-        # "": a private temporary database SQLite spills to disk, so a plan of millions of
-        # URIs does not grow the worker's memory.
-        self._scratch = sqlite3.connect("", isolation_level=None)
+        # A private temporary database SQLite spills to disk, so a plan of millions of URIs
+        # does not grow the worker's memory (its batches one transaction each, as the
+        # state's: each row its own was half a baseline plan's inserts).
+        self._scratch = sqlite_habits.scratch()
 
     # -- plumbing -------------------------------------------------------------------------
 
