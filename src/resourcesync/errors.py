@@ -114,9 +114,9 @@ def storage_failure(
     sqlite3 = sys.modules.get("sqlite3")
     if sqlite3 is not None and isinstance(exc, sqlite3.OperationalError):
         text = str(exc)
-        what = f"{what} {where}" if where else "a state database"
+        named = f"{what} {where}" if where else "a state database"
         if "disk is full" in text or "disk I/O error" in text:
-            return f"cannot write {what} ({text}): free some space and run again", True
+            return f"cannot write {named} ({text}): free some space and run again", True
         if "readonly" in text or "unable to open" in text:
-            return f"cannot write {what} ({text})", False
+            return f"cannot write {named} ({text})", False
     return None

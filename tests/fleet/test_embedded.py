@@ -354,3 +354,29 @@ def test_a_full_disk_under_the_fleet_is_waited_out(tmp_path: Path) -> None:
         assert "free some space and run again" in text and "Traceback" not in text, text
         assert f"cannot write the fleet database {root}" in text, text
         assert all(s["ok"] for s in status(root).values())
+
+
+def test_the_fleet_databases_refusals_name_it_once(tmp_path: Path) -> None:
+    """Its disk full (waited out) or the file read-only (not): one line naming the fleet's
+    database in the sentence, as a copy's state is named, not as the line's source too."""
+    import sqlite3
+
+    from resourcesync.fleet.registry import StoreUnavailable
+    from resourcesync.fleet.store import SQLiteStore
+
+    path = tmp_path / "fleet" / "fleet.sqlite"
+    store = SQLiteStore(path)
+    try:
+        full = store._error(sqlite3.OperationalError("database or disk is full"))
+        assert isinstance(full, StoreUnavailable)
+        assert str(full) == (
+            f"cannot write the fleet database {path} (database or disk is full): "
+            "free some space and run again"
+        )
+        readonly = store._error(sqlite3.OperationalError("attempt to write a readonly database"))
+        assert not isinstance(readonly, StoreUnavailable)
+        assert str(readonly) == (
+            f"cannot write the fleet database {path} (attempt to write a readonly database)"
+        )
+    finally:
+        store.close()

@@ -551,8 +551,8 @@ class SQLiteStore(SQLStore):
         if damaged is not None:
             return damaged
         said = storage_failure(exc, self.path, what="the fleet database")
-        if said is not None and said[1]:
-            return StoreUnavailable(said[0])
+        if said is not None:  # full (waited out), or read-only: the line names the file
+            return StoreUnavailable(said[0]) if said[1] else FleetError(said[0])
         return FleetError(f"fleet database: {exc}", source=str(self.path))
 
     @contextlib.contextmanager
